@@ -1,0 +1,409 @@
+//! Element types.
+
+use half::{bf16, f16};
+use std::fmt;
+
+/// The element type of a tensor.
+///
+/// `Bool` is stored as one byte per element holding 0 or 1 and is read and written as `u8`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    F32,
+    F64,
+    F16,
+    BF16,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    Bool,
+}
+
+impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
+        DType::Bool,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I8 => "i8",
+            DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+            DType::I64 => "i64",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// Parses the names printed by [`DType::name`].
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    pub fn is_int(self) -> bool {
+        matches!(
+            self,
+            DType::I8
+                | DType::U8
+                | DType::I16
+                | DType::U16
+                | DType::I32
+                | DType::U32
+                | DType::I64
+                | DType::U64
+        )
+    }
+
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    /// Bit for this dtype in a [`DTypeSet`].
+    pub const fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A set of dtypes, used by operator prototypes to declare what an input accepts.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DTypeSet(pub u16);
+
+impl DTypeSet {
+    pub const FLOAT: DTypeSet =
+        DTypeSet(DType::F32.bit() | DType::F64.bit() | DType::F16.bit() | DType::BF16.bit());
+    pub const SIGNED_INT: DTypeSet =
+        DTypeSet(DType::I8.bit() | DType::I16.bit() | DType::I32.bit() | DType::I64.bit());
+    pub const UNSIGNED_INT: DTypeSet =
+        DTypeSet(DType::U8.bit() | DType::U16.bit() | DType::U32.bit() | DType::U64.bit());
+    pub const INT: DTypeSet = DTypeSet(Self::SIGNED_INT.0 | Self::UNSIGNED_INT.0);
+    pub const NUMERIC: DTypeSet = DTypeSet(Self::FLOAT.0 | Self::INT.0);
+    pub const SIGNED: DTypeSet = DTypeSet(Self::FLOAT.0 | Self::SIGNED_INT.0);
+    pub const BOOL: DTypeSet = DTypeSet(DType::Bool.bit());
+    pub const ALL: DTypeSet = DTypeSet(Self::NUMERIC.0 | Self::BOOL.0);
+    /// Index tensors: i32 or i64.
+    pub const INDEX: DTypeSet = DTypeSet(DType::I32.bit() | DType::I64.bit());
+    pub const I64: DTypeSet = DTypeSet(DType::I64.bit());
+
+    pub const fn of(d: DType) -> DTypeSet {
+        DTypeSet(d.bit())
+    }
+
+    pub const fn union(self, other: DTypeSet) -> DTypeSet {
+        DTypeSet(self.0 | other.0)
+    }
+
+    pub fn contains(self, d: DType) -> bool {
+        self.0 & d.bit() != 0
+    }
+}
+
+impl fmt::Debug for DTypeSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = DType::ALL
+            .iter()
+            .filter(|d| self.contains(**d))
+            .map(|d| d.name())
+            .collect();
+        write!(f, "{{{}}}", names.join(", "))
+    }
+}
+
+impl fmt::Display for DTypeSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A Rust type that is the element of a tensor of dtype [`Elem::DTYPE`].
+///
+/// Conversions go through `f64` and `i64`, which is exact for every value of every dtype except
+/// the full `u64` range (values above `i64::MAX` saturate in `to_i64`).
+pub trait Elem:
+    bytemuck::Pod + Default + PartialOrd + PartialEq + fmt::Debug + Send + Sync + 'static
+{
+    const DTYPE: DType;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+    fn to_i64(self) -> i64;
+    fn from_i64(v: i64) -> Self;
+    fn zero() -> Self {
+        Self::default()
+    }
+    fn one() -> Self {
+        Self::from_i64(1)
+    }
+}
+
+macro_rules! int_elem {
+    ($t:ty, $d:ident) => {
+        impl Elem for $t {
+            const DTYPE: DType = DType::$d;
+            #[inline]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                // `as` saturates and maps NaN to 0, matching numpy's common behaviour.
+                v as $t
+            }
+            #[inline]
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
+            #[inline]
+            fn from_i64(v: i64) -> Self {
+                v as $t
+            }
+        }
+    };
+}
+int_elem!(i8, I8);
+int_elem!(u8, U8);
+int_elem!(i16, I16);
+int_elem!(u16, U16);
+int_elem!(i32, I32);
+int_elem!(u32, U32);
+int_elem!(i64, I64);
+int_elem!(u64, U64);
+
+impl Elem for f32 {
+    const DTYPE: DType = DType::F32;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        v as f32
+    }
+}
+
+impl Elem for f64 {
+    const DTYPE: DType = DType::F64;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        v as f64
+    }
+}
+
+impl Elem for f16 {
+    const DTYPE: DType = DType::F16;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        f16::to_f64(self) as i64
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        f16::from_f64(v as f64)
+    }
+}
+
+impl Elem for bf16 {
+    const DTYPE: DType = DType::BF16;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        bf16::to_f64(self) as i64
+    }
+    #[inline]
+    fn from_i64(v: i64) -> Self {
+        bf16::from_f64(v as f64)
+    }
+}
+
+/// Runs `$body` with `$T` bound to the Rust element type of `$dtype` (Bool is bound to `u8`).
+///
+/// ```ignore
+/// dispatch_all!(t.dtype(), T => { let s = t.as_slice::<T>()?; ... })
+/// ```
+#[macro_export]
+macro_rules! dispatch_all {
+    ($dtype:expr, $T:ident => $body:block) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DType::U8 | $crate::DType::Bool => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U64 => {
+                type $T = u64;
+                $body
+            }
+        }
+    };
+}
+
+/// Like [`dispatch_all!`] for the float dtypes; evaluates `$other` for the rest.
+#[macro_export]
+macro_rules! dispatch_float {
+    ($dtype:expr, $T:ident => $body:block, $other:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_name(d.name()), Some(d));
+            assert!(d.size() >= 1 && d.size() <= 8);
+        }
+        assert_eq!(DType::BF16.size(), 2);
+    }
+
+    #[test]
+    fn sets() {
+        assert!(DTypeSet::FLOAT.contains(DType::F16));
+        assert!(!DTypeSet::FLOAT.contains(DType::I32));
+        assert!(DTypeSet::NUMERIC.contains(DType::U64));
+        assert!(!DTypeSet::NUMERIC.contains(DType::Bool));
+        assert_eq!(format!("{:?}", DTypeSet::INDEX), "{i32, i64}");
+    }
+
+    #[test]
+    fn conversions() {
+        assert_eq!(<u8 as Elem>::from_f64(300.0), 255);
+        assert_eq!(<i8 as Elem>::from_f64(-1.5), -1);
+        assert_eq!(<f16 as Elem>::from_f64(1.5).to_f64(), 1.5);
+    }
+}

@@ -1,0 +1,9 @@
+//! The canonical op set. Each op (or small family of ops sharing one implementation) has its own
+//! module holding its typed attributes, prototype, shape/dtype inference, reference
+//! implementation and tests. Frontends map their ops onto these; kernels implement them.
+
+pub mod elementwise;
+pub mod linalg;
+pub mod nn;
+pub mod shape;
+pub mod util;

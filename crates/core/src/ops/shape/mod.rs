@@ -1,0 +1,3 @@
+//! Ops that move or reinterpret data without arithmetic: shapes, slicing, gathering.
+
+pub mod reshape;

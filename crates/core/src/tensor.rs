@@ -1,0 +1,334 @@
+//! Tensors: a dtype, a shape and contiguous row-major data aligned to 64 bytes.
+//!
+//! Data sits behind an `Arc`, so cloning a tensor (a weight handed to several plans or threads)
+//! shares it without copying; writing to a shared tensor copies it first.
+
+use crate::{DType, Elem, Error, Result};
+use std::fmt;
+use std::sync::Arc;
+
+/// The largest tensor the engine will allocate. Shapes can come from hostile files; a size above
+/// this is reported as an error instead of attempting the allocation.
+pub const MAX_TENSOR_BYTES: usize = 1 << 36;
+
+/// The storage unit: 64 bytes aligned to 64, so every tensor starts on a cache line and can be
+/// viewed as a slice of any element type.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Block([u8; 64]);
+
+#[derive(Clone)]
+pub struct Tensor {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Arc<Vec<Block>>,
+}
+
+/// Number of elements of a shape, or an error when it overflows.
+pub fn checked_numel(shape: &[usize]) -> Result<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| {
+        acc.checked_mul(d)
+            .ok_or_else(|| Error::Tensor(format!("shape {shape:?} has too many elements")))
+    })
+}
+
+fn alloc_blocks(bytes: usize) -> Result<Vec<Block>> {
+    if bytes > MAX_TENSOR_BYTES {
+        return Err(Error::Tensor(format!(
+            "a tensor of {bytes} bytes exceeds the limit of {MAX_TENSOR_BYTES} bytes"
+        )));
+    }
+    let n = bytes.div_ceil(64);
+    let mut v: Vec<Block> = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::Tensor(format!("could not allocate {bytes} bytes")))?;
+    v.resize(n, Block([0; 64]));
+    Ok(v)
+}
+
+impl Tensor {
+    /// A tensor of zeros (false for bool).
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        let numel = checked_numel(shape)?;
+        let bytes = numel
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::Tensor(format!("shape {shape:?} is too large")))?;
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Arc::new(alloc_blocks(bytes)?),
+        })
+    }
+
+    /// A tensor from raw little-endian bytes. Bool bytes are normalised to 0/1.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        let mut t = Tensor::zeros(dtype, shape)?;
+        if bytes.len() != t.byte_len() {
+            return Err(Error::Tensor(format!(
+                "{} tensor of shape {:?} needs {} bytes, got {}",
+                dtype,
+                shape,
+                t.byte_len(),
+                bytes.len()
+            )));
+        }
+        let dst = t.bytes_mut();
+        if dtype == DType::Bool {
+            for (d, s) in dst.iter_mut().zip(bytes) {
+                *d = (*s != 0) as u8;
+            }
+        } else {
+            dst.copy_from_slice(bytes);
+        }
+        Ok(t)
+    }
+
+    /// A tensor holding `values` with the given shape.
+    pub fn from_vec<T: Elem>(shape: &[usize], values: Vec<T>) -> Result<Tensor> {
+        Tensor::from_slice(shape, &values)
+    }
+
+    pub fn from_slice<T: Elem>(shape: &[usize], values: &[T]) -> Result<Tensor> {
+        let mut t = Tensor::zeros(T::DTYPE, shape)?;
+        if values.len() != t.numel() {
+            return Err(Error::Tensor(format!(
+                "shape {:?} holds {} elements, got {}",
+                shape,
+                t.numel(),
+                values.len()
+            )));
+        }
+        t.as_mut_slice::<T>()?.copy_from_slice(values);
+        Ok(t)
+    }
+
+    /// A bool tensor from Rust bools.
+    pub fn from_bools(shape: &[usize], values: &[bool]) -> Result<Tensor> {
+        let bytes: Vec<u8> = values.iter().map(|&b| b as u8).collect();
+        Tensor::from_bytes(DType::Bool, shape, &bytes)
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar<T: Elem>(v: T) -> Tensor {
+        let mut t = Tensor::zeros(T::DTYPE, &[]).expect("a scalar always fits");
+        t.as_mut_slice::<T>().expect("dtype matches")[0] = v;
+        t
+    }
+
+    /// A tensor of `dtype` with every element set to `value` (converted from f64).
+    pub fn full(dtype: DType, shape: &[usize], value: f64) -> Result<Tensor> {
+        let mut t = Tensor::zeros(dtype, shape)?;
+        crate::dispatch_all!(dtype, T => {
+            let v = if dtype == DType::Bool { T::from_f64((value != 0.0) as u8 as f64) } else { T::from_f64(value) };
+            t.as_mut_slice::<T>()?.fill(v);
+        });
+        Ok(t)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+
+    /// Whether two tensors share the same data buffer.
+    pub fn shares_data_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<Block, u8>(&self.data)[..self.byte_len()]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.byte_len();
+        &mut bytemuck::cast_slice_mut::<Block, u8>(Arc::make_mut(&mut self.data).as_mut_slice())
+            [..len]
+    }
+
+    fn check_dtype<T: Elem>(&self) -> Result<()> {
+        let ok = T::DTYPE == self.dtype || (self.dtype == DType::Bool && T::DTYPE == DType::U8);
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::Tensor(format!(
+                "tensor is {}, accessed as {}",
+                self.dtype,
+                T::DTYPE
+            )))
+        }
+    }
+
+    /// The elements as a slice. Bool tensors are read as `u8`.
+    pub fn as_slice<T: Elem>(&self) -> Result<&[T]> {
+        self.check_dtype::<T>()?;
+        Ok(&bytemuck::cast_slice::<Block, T>(&self.data)[..self.numel()])
+    }
+
+    /// The elements as a mutable slice; copies the data first if it is shared.
+    pub fn as_mut_slice<T: Elem>(&mut self) -> Result<&mut [T]> {
+        self.check_dtype::<T>()?;
+        let n = self.numel();
+        Ok(
+            &mut bytemuck::cast_slice_mut::<Block, T>(Arc::make_mut(&mut self.data).as_mut_slice())
+                [..n],
+        )
+    }
+
+    /// The same data with another shape of the same element count (no copy).
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
+        if checked_numel(shape)? != self.numel() {
+            return Err(Error::Tensor(format!(
+                "cannot reshape {:?} to {:?}",
+                self.shape, shape
+            )));
+        }
+        Ok(Tensor {
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            data: self.data.clone(),
+        })
+    }
+
+    /// Every element converted to f64 (bool as 0/1).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        crate::dispatch_all!(self.dtype, T => {
+            self.as_slice::<T>().map(|s| s.iter().map(|v| v.to_f64()).collect()).unwrap_or_default()
+        })
+    }
+
+    /// Every element converted to i64 (floats truncated, bool as 0/1).
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        crate::dispatch_all!(self.dtype, T => {
+            self.as_slice::<T>().map(|s| s.iter().map(|v| v.to_i64()).collect()).unwrap_or_default()
+        })
+    }
+
+    /// Converts to another dtype. Float to int truncates toward zero and saturates, NaN becomes 0;
+    /// anything to bool is `!= 0`.
+    pub fn cast(&self, to: DType) -> Result<Tensor> {
+        if to == self.dtype {
+            return Ok(self.clone());
+        }
+        let mut out = Tensor::zeros(to, &self.shape)?;
+        let from = self.dtype;
+        crate::dispatch_all!(from, S => {
+            let src = self.as_slice::<S>()?;
+            crate::dispatch_all!(to, D => {
+                let dst = out.as_mut_slice::<D>()?;
+                cast_slice(src, dst, from, to);
+            })
+        });
+        Ok(out)
+    }
+}
+
+fn cast_slice<S: Elem, D: Elem>(src: &[S], dst: &mut [D], from: DType, to: DType) {
+    if to == DType::Bool {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = D::from_i64((s.to_f64() != 0.0) as i64);
+        }
+    } else if from.is_float() || to.is_float() {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = D::from_f64(s.to_f64());
+        }
+    } else if from == DType::U64 {
+        // u64 values above i64::MAX would not survive the trip through i64.
+        for (d, s) in dst.iter_mut().zip(src) {
+            let v: u64 = bytemuck::cast::<S, u64>(*s);
+            *d = D::from_i64(v as i64);
+        }
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = D::from_i64(s.to_i64());
+        }
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{}>{:?}", self.dtype, self.shape)?;
+        if self.numel() <= 16 {
+            let v = self.to_f64_vec();
+            write!(f, " {v:?}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Renders a shape as `1x3x224x224` (and `scalar` for rank 0).
+pub fn shape_str(shape: &[usize]) -> String {
+    if shape.is_empty() {
+        "scalar".to_string()
+    } else {
+        shape
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_is_aligned_and_shared() {
+        let t = Tensor::zeros(DType::F32, &[3, 5]).unwrap();
+        let s = t.as_slice::<f32>().unwrap();
+        assert_eq!(s.as_ptr() as usize % 64, 0);
+        assert_eq!(s.len(), 15);
+        let u = t.clone();
+        assert!(u.shares_data_with(&t));
+        let r = t.reshaped(&[15]).unwrap();
+        assert!(r.shares_data_with(&t));
+    }
+
+    #[test]
+    fn writing_a_shared_tensor_copies() {
+        let a = Tensor::from_vec(&[2], vec![1.0f32, 2.0]).unwrap();
+        let mut b = a.clone();
+        b.as_mut_slice::<f32>().unwrap()[0] = 9.0;
+        assert_eq!(a.as_slice::<f32>().unwrap(), &[1.0, 2.0]);
+        assert_eq!(b.as_slice::<f32>().unwrap(), &[9.0, 2.0]);
+    }
+
+    #[test]
+    fn wrong_sizes_and_dtypes_are_errors() {
+        assert!(Tensor::from_vec(&[2, 2], vec![1i64, 2, 3]).is_err());
+        assert!(Tensor::from_bytes(DType::F32, &[2], &[0u8; 7]).is_err());
+        let t = Tensor::zeros(DType::I64, &[2]).unwrap();
+        assert!(t.as_slice::<f32>().is_err());
+        assert!(Tensor::zeros(DType::F32, &[usize::MAX, 2]).is_err());
+        assert!(Tensor::zeros(DType::F32, &[1 << 40]).is_err());
+    }
+
+    #[test]
+    fn bools_are_normalised_and_cast() {
+        let t = Tensor::from_bytes(DType::Bool, &[3], &[0, 7, 1]).unwrap();
+        assert_eq!(t.as_slice::<u8>().unwrap(), &[0, 1, 1]);
+        let f = Tensor::from_vec(&[4], vec![-1.7f32, 0.0, 2.9, f32::NAN]).unwrap();
+        assert_eq!(f.cast(DType::I32).unwrap().to_i64_vec(), vec![-1, 0, 2, 0]);
+        assert_eq!(f.cast(DType::Bool).unwrap().to_i64_vec(), vec![1, 0, 1, 1]);
+        let big = Tensor::from_vec(&[1], vec![u64::MAX]).unwrap();
+        assert_eq!(
+            big.cast(DType::U32).unwrap().as_slice::<u32>().unwrap(),
+            &[u32::MAX]
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! TensorProto ↔ [`Tensor`].
+
+use crate::proto::{data_type, tensor_proto, TensorProto};
+use ferrolite_core::{tensor::checked_numel, DType, Error, Result, Tensor};
+use std::path::Path;
+
+/// The engine dtype of an ONNX data type, or `None` for types the engine does not support.
+pub fn dtype_of(t: i32) -> Option<DType> {
+    Some(match t {
+        data_type::FLOAT => DType::F32,
+        data_type::DOUBLE => DType::F64,
+        data_type::FLOAT16 => DType::F16,
+        data_type::BFLOAT16 => DType::BF16,
+        data_type::INT8 => DType::I8,
+        data_type::UINT8 => DType::U8,
+        data_type::INT16 => DType::I16,
+        data_type::UINT16 => DType::U16,
+        data_type::INT32 => DType::I32,
+        data_type::UINT32 => DType::U32,
+        data_type::INT64 => DType::I64,
+        data_type::UINT64 => DType::U64,
+        data_type::BOOL => DType::Bool,
+        _ => return None,
+    })
+}
+
+/// The ONNX data type of an engine dtype.
+pub fn onnx_type_of(d: DType) -> i32 {
+    match d {
+        DType::F32 => data_type::FLOAT,
+        DType::F64 => data_type::DOUBLE,
+        DType::F16 => data_type::FLOAT16,
+        DType::BF16 => data_type::BFLOAT16,
+        DType::I8 => data_type::INT8,
+        DType::U8 => data_type::UINT8,
+        DType::I16 => data_type::INT16,
+        DType::U16 => data_type::UINT16,
+        DType::I32 => data_type::INT32,
+        DType::U32 => data_type::UINT32,
+        DType::I64 => data_type::INT64,
+        DType::U64 => data_type::UINT64,
+        DType::Bool => data_type::BOOL,
+    }
+}
+
+fn bad(t: &TensorProto, msg: impl std::fmt::Display) -> Error {
+    let name = if t.name.is_empty() {
+        "<unnamed>"
+    } else {
+        &t.name
+    };
+    Error::InvalidModel(format!("tensor '{name}': {msg}"))
+}
+
+/// Decodes a TensorProto. `base_dir` is the model's folder, needed for external data; without
+/// it, external data is an error.
+pub fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
+    let dtype = dtype_of(t.data_type).ok_or_else(|| {
+        bad(
+            t,
+            format!(
+                "data type {} is not supported",
+                data_type::name(t.data_type)
+            ),
+        )
+    })?;
+    let mut shape = Vec::with_capacity(t.dims.len());
+    for &d in &t.dims {
+        if d < 0 {
+            return Err(bad(t, format!("negative dimension {d}")));
+        }
+        shape.push(d as usize);
+    }
+    let numel = checked_numel(&shape).map_err(|e| bad(t, e))?;
+    let nbytes = numel
+        .checked_mul(dtype.size())
+        .ok_or_else(|| bad(t, "too large"))?;
+
+    if t.data_location == tensor_proto::DATA_LOCATION_EXTERNAL {
+        let dir = base_dir.ok_or_else(|| bad(t, "external data needs the model's folder"))?;
+        let bytes = crate::external::read(t, dir, nbytes)?;
+        return Tensor::from_bytes(dtype, &shape, &bytes).map_err(|e| bad(t, e));
+    }
+    if !t.raw_data.is_empty() || numel == 0 {
+        if t.raw_data.len() != nbytes {
+            return Err(bad(
+                t,
+                format!(
+                    "shape {shape:?} of {dtype} needs {nbytes} bytes of raw_data, found {}",
+                    t.raw_data.len()
+                ),
+            ));
+        }
+        return Tensor::from_bytes(dtype, &shape, &t.raw_data).map_err(|e| bad(t, e));
+    }
+    // Typed fields. Their element counts come from the file, so compare before converting.
+    let check = |n: usize| -> Result<()> {
+        if n != numel {
+            Err(bad(
+                t,
+                format!("shape {shape:?} holds {numel} elements, the data has {n}"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let r = match dtype {
+        DType::F32 => {
+            check(t.float_data.len())?;
+            Tensor::from_slice(&shape, &t.float_data)
+        }
+        DType::F64 => {
+            check(t.double_data.len())?;
+            Tensor::from_slice(&shape, &t.double_data)
+        }
+        DType::I64 => {
+            check(t.int64_data.len())?;
+            Tensor::from_slice(&shape, &t.int64_data)
+        }
+        DType::U64 | DType::U32 => {
+            check(t.uint64_data.len())?;
+            let v = Tensor::from_slice(&shape, &t.uint64_data)?;
+            v.cast(dtype)
+        }
+        DType::F16 | DType::BF16 => {
+            // Stored as the raw 16-bit patterns in int32_data.
+            check(t.int32_data.len())?;
+            let bits: Vec<u8> = t
+                .int32_data
+                .iter()
+                .flat_map(|&v| (v as u16).to_le_bytes())
+                .collect();
+            Tensor::from_bytes(dtype, &shape, &bits)
+        }
+        DType::I32 | DType::I16 | DType::I8 | DType::U16 | DType::U8 | DType::Bool => {
+            check(t.int32_data.len())?;
+            let v = Tensor::from_slice(&shape, &t.int32_data)?;
+            v.cast(dtype)
+        }
+    };
+    r.map_err(|e| bad(t, e))
+}
+
+/// Encodes a tensor as a TensorProto with raw_data.
+pub fn encode(name: &str, t: &Tensor) -> TensorProto {
+    TensorProto {
+        name: name.to_string(),
+        dims: t.shape().iter().map(|&d| d as i64).collect(),
+        data_type: onnx_type_of(t.dtype()),
+        raw_data: t.bytes().to_vec(),
+        ..Default::default()
+    }
+}
