@@ -1,1 +1,180 @@
-fn main() {}
+//! The `ferrolite` command-line tool: run, check, info, dump.
+
+mod check;
+mod inputs;
+mod report;
+
+use clap::{Parser, Subcommand};
+use ferrolite::{Session, SessionOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "ferrolite", version, about = "Neural-network inference for edge devices")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options shared by the commands that build a session.
+#[derive(clap::Args, Clone, Debug)]
+struct EngineArgs {
+    /// Worker threads (0 = one per core).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Skip a graph pass by name (repeatable).
+    #[arg(long = "disable-pass", value_name = "NAME")]
+    disable_pass: Vec<String>,
+    /// Use only the reference implementations (slow; for debugging kernels).
+    #[arg(long)]
+    reference: bool,
+}
+
+impl EngineArgs {
+    fn options(&self) -> SessionOptions {
+        SessionOptions {
+            threads: self.threads,
+            disabled_passes: self.disable_pass.clone(),
+            optimized_kernels: !self.reference,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a model on inputs from files (.npy or ONNX TensorProto .pb) or on seeded random data.
+    Run {
+        model: PathBuf,
+        /// NAME=FILE (repeatable); a bare FILE is the first input without one.
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        input: Vec<String>,
+        /// NAME=1x3x224x224: shape for a random input (repeatable).
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shape: Vec<String>,
+        /// Write each output as OUTPUT_NAME.npy into this folder.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+        /// Seed for random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Timed runs after the first (the median is reported).
+        #[arg(long, default_value_t = 0)]
+        repeat: usize,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Run ONNX backend-test style cases (model.onnx + test_data_set_*/{input,output}_K.pb) and
+    /// compare with the reference outputs.
+    Check {
+        #[arg(required = true)]
+        cases: Vec<PathBuf>,
+        /// Absolute tolerance.
+        #[arg(long, default_value_t = 1e-4)]
+        atol: f64,
+        /// Relative tolerance: |actual - expected| <= atol + rtol * |expected|.
+        #[arg(long, default_value_t = 1e-4)]
+        rtol: f64,
+        /// Print only one line per case.
+        #[arg(long)]
+        quiet: bool,
+        /// Write per-case results as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Inputs, outputs, op histogram, parameter count and FLOPs of a model.
+    Info {
+        model: PathBuf,
+        /// NAME=DIMS for the FLOPs estimate (symbolic dims default to 1).
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shape: Vec<String>,
+    },
+    /// Print the graph as text or Graphviz DOT.
+    Dump {
+        model: PathBuf,
+        /// Graphviz DOT instead of text.
+        #[arg(long)]
+        dot: bool,
+        /// The graph after shape inference and passes.
+        #[arg(long)]
+        optimized: bool,
+        /// NAME=DIMS for --optimized (symbolic dims default to 1).
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shape: Vec<String>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// List the graph passes in the order they run.
+    Passes,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> ferrolite::Result<ExitCode> {
+    match command {
+        Command::Run {
+            model,
+            input,
+            shape,
+            output_dir,
+            seed,
+            repeat,
+            engine,
+        } => report::run_model(&model, &input, &shape, output_dir.as_deref(), seed, repeat, &engine.options()),
+        Command::Check {
+            cases,
+            atol,
+            rtol,
+            quiet,
+            json,
+            engine,
+        } => check::check_cases(&cases, atol, rtol, quiet, json.as_deref(), &engine.options()),
+        Command::Info { model, shape } => {
+            let session = Session::from_path(&model, SessionOptions::default())?;
+            report::info(&session, &shape)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dump {
+            model,
+            dot,
+            optimized,
+            shape,
+            engine,
+        } => {
+            let session = Session::from_path(&model, engine.options())?;
+            let text = if optimized {
+                let shapes = inputs::shapes_for(&session, &shape)?;
+                let prepared = session.prerun(&shapes)?;
+                if dot {
+                    prepared.graph.to_dot()
+                } else {
+                    prepared.graph.to_text()
+                }
+            } else if dot {
+                session.graph().to_dot()
+            } else {
+                session.graph().to_text()
+            };
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Passes => {
+            println!("{:<2} {:<20} what", "#", "pass");
+            println!("{:<2} {:<20} {}", 0, ferrolite::core::passes::SHAPE_INFERENCE, "infer every shape and dtype, fold constants (always on)");
+            for (i, (name, what)) in ferrolite::pass_names().into_iter().enumerate() {
+                println!("{:<2} {:<20} {}", i + 1, name, what);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -10,6 +10,7 @@ pub mod graph;
 pub mod infer;
 pub mod op;
 pub mod ops;
+pub mod passes;
 pub mod plan;
 pub mod tensor;
 

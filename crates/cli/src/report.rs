@@ -1,0 +1,152 @@
+//! `run` and `info`: what they print.
+
+use crate::inputs::{collect_inputs, shapes_for};
+use ferrolite::{Result, Session, SessionOptions, Tensor};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+/// Min, max, mean and the first values of a tensor, on one line.
+pub fn summary(t: &Tensor) -> String {
+    let v = t.to_f64_vec();
+    if v.is_empty() {
+        return "empty".into();
+    }
+    let finite: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    let nan = v.iter().filter(|x| x.is_nan()).count();
+    let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mean = finite.iter().sum::<f64>() / finite.len().max(1) as f64;
+    let head: Vec<String> = v.iter().take(6).map(|x| format!("{x:.6}")).collect();
+    let more = if v.len() > 6 { ", ..." } else { "" };
+    let mut s = format!("min {min:.6}  max {max:.6}  mean {mean:.6}  [{}{more}]", head.join(", "));
+    if nan > 0 {
+        s.push_str(&format!("  ({nan} NaN)"));
+    }
+    s
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn run_model(
+    model: &Path,
+    input_args: &[String],
+    shape_args: &[String],
+    output_dir: Option<&Path>,
+    seed: u64,
+    repeat: usize,
+    options: &SessionOptions,
+) -> Result<ExitCode> {
+    let t0 = Instant::now();
+    let session = Session::from_path(model, options.clone())?;
+    let load = t0.elapsed();
+    let inputs = collect_inputs(&session, input_args, shape_args, seed)?;
+    for (name, t, source) in &inputs {
+        println!(
+            "input  {name}: {}[{}] from {source}",
+            t.dtype(),
+            ferrolite::core::tensor::shape_str(t.shape())
+        );
+    }
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t, _)| t.shape().to_vec()).collect();
+    let t1 = Instant::now();
+    session.prerun(&shapes)?;
+    let prerun = t1.elapsed();
+    let named: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t, _)| (n.as_str(), t.clone())).collect();
+    let t2 = Instant::now();
+    let outputs = session.run(&named)?;
+    let first = t2.elapsed();
+    let mut times = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let t = Instant::now();
+        session.run(&named)?;
+        times.push(t.elapsed());
+    }
+    for (name, t) in outputs.iter() {
+        println!(
+            "output {name}: {}[{}]  {}",
+            t.dtype(),
+            ferrolite::core::tensor::shape_str(t.shape()),
+            summary(t)
+        );
+        if let Some(dir) = output_dir {
+            std::fs::create_dir_all(dir).map_err(|e| ferrolite::Error::Io {
+                path: dir.display().to_string(),
+                source: e,
+            })?;
+            let file = dir.join(format!("{}.npy", sanitize(name)));
+            ferrolite::onnx::npy::write_npy(&file, t)?;
+            println!("       written to {}", file.display());
+        }
+    }
+    print!(
+        "time   load {}  prerun {}  first run {}",
+        ms(load),
+        ms(prerun),
+        ms(first)
+    );
+    if !times.is_empty() {
+        times.sort();
+        print!("  median of {} runs {}", times.len(), ms(times[times.len() / 2]));
+    }
+    println!("  ({} thread(s))", session.threads());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A file name from an output name.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .collect()
+}
+
+pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
+    let model = session.model();
+    println!("format   {} (producer '{}')", model.format, model.producer);
+    for (domain, v) in &model.opsets {
+        let d = if domain.is_empty() { "ai.onnx" } else { domain };
+        println!("opset    {d} {v}");
+    }
+    for i in session.inputs() {
+        println!("input    {}: {}{}", i.name, i.dtype, shape_text(i));
+    }
+    for o in session.outputs() {
+        println!("output   {}: {}{}", o.name, o.dtype, shape_text(o));
+    }
+    let graph = session.graph();
+    let mut hist: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in &graph.nodes {
+        *hist.entry(n.op.name()).or_default() += 1;
+    }
+    println!("nodes    {}", graph.nodes.len());
+    for (op, n) in &hist {
+        println!("  {op:<24} {n}");
+    }
+    let (params, bytes) = graph
+        .values
+        .iter()
+        .filter_map(|v| v.constant.as_ref())
+        .fold((0usize, 0usize), |(p, b), t| (p + t.numel(), b + t.byte_len()));
+    println!("params   {params} ({:.2} MB)", bytes as f64 / 1e6);
+    let shapes = shapes_for(session, shape_args)?;
+    match session.prerun(&shapes) {
+        Ok(p) => println!(
+            "flops    {:.3} GFLOP for input shapes {:?}",
+            p.flops() as f64 / 1e9,
+            shapes
+        ),
+        Err(e) => println!("flops    n/a: {e}"),
+    }
+    Ok(())
+}
+
+fn shape_text(i: &ferrolite::IoInfo) -> String {
+    match &i.shape {
+        Some(d) => ferrolite::session::dims_str(d),
+        None => "[?]".into(),
+    }
+}

@@ -1,0 +1,153 @@
+//! Graph passes: small named rewrites run in an ordered list.
+//!
+//! The pipeline is plain code ([`default_pipeline`]); a user can disable a pass by name. Shape
+//! inference with constant folding runs first (it needs the input shapes), then the passes.
+//! With `FERROLITE_DUMP_GRAPH=DIR` the graph is written to `DIR` after every step.
+
+use crate::infer::infer_graph;
+use crate::{Error, Graph, Result, TensorInfo, ValueId};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// A graph rewrite. Returns whether it changed anything.
+pub trait Pass: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    fn run(&self, graph: &mut Graph) -> Result<bool>;
+}
+
+/// Removes Identity nodes and inference-mode Dropout nodes with a single output, rewiring their
+/// readers to the input.
+pub struct RemoveIdentity;
+
+impl Pass for RemoveIdentity {
+    fn name(&self) -> &'static str {
+        "remove-identity"
+    }
+
+    fn description(&self) -> &'static str {
+        "drop Identity and inference Dropout nodes"
+    }
+
+    fn run(&self, graph: &mut Graph) -> Result<bool> {
+        let mut replace: HashMap<ValueId, ValueId> = HashMap::new();
+        let mut removed = HashSet::new();
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let passthrough = matches!(node.op.name(), "Identity" | "Dropout")
+                && node.outputs.len() == 1
+                && node.inputs.first().copied().flatten().is_some();
+            if passthrough {
+                let out = node.outputs[0];
+                // Graph outputs keep their value so that the output stays distinct from inputs.
+                if graph.outputs.contains(&out) {
+                    continue;
+                }
+                let mut src = node.inputs[0].expect("checked above");
+                while let Some(&s) = replace.get(&src) {
+                    src = s;
+                }
+                replace.insert(out, src);
+                removed.insert(i);
+            }
+        }
+        if removed.is_empty() {
+            return Ok(false);
+        }
+        let mut i = 0;
+        graph.nodes.retain(|_| {
+            i += 1;
+            !removed.contains(&(i - 1))
+        });
+        for node in &mut graph.nodes {
+            for v in node.inputs.iter_mut().flatten() {
+                if let Some(&s) = replace.get(v) {
+                    *v = s;
+                }
+            }
+        }
+        graph.sort()?;
+        Ok(true)
+    }
+}
+
+/// Removes nodes no graph output depends on.
+pub struct DeadCode;
+
+impl Pass for DeadCode {
+    fn name(&self) -> &'static str {
+        "dead-code"
+    }
+
+    fn description(&self) -> &'static str {
+        "remove nodes whose results are never used"
+    }
+
+    fn run(&self, graph: &mut Graph) -> Result<bool> {
+        Ok(graph.remove_dead_nodes() > 0)
+    }
+}
+
+/// The passes, in order.
+pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
+    vec![Box::new(RemoveIdentity), Box::new(DeadCode)]
+}
+
+/// Name of the shape-inference step, which cannot be disabled.
+pub const SHAPE_INFERENCE: &str = "shape-inference";
+
+/// Where to dump graphs, from `FERROLITE_DUMP_GRAPH`.
+pub fn dump_dir_from_env() -> Option<PathBuf> {
+    std::env::var_os("FERROLITE_DUMP_GRAPH").map(PathBuf::from)
+}
+
+fn dump(dir: &Path, step: usize, name: &str, graph: &Graph) -> Result<()> {
+    let io = |e| Error::Io {
+        path: dir.display().to_string(),
+        source: e,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let base = dir.join(format!("{step:02}-{name}"));
+    std::fs::write(base.with_extension("txt"), graph.to_text()).map_err(io)?;
+    std::fs::write(base.with_extension("dot"), graph.to_dot()).map_err(io)?;
+    Ok(())
+}
+
+/// Infers shapes for `input_types`, folds constants and runs the enabled passes. Returns the
+/// names of dynamic nodes (see [`crate::infer`]).
+pub fn optimize(
+    graph: &mut Graph,
+    input_types: &[TensorInfo],
+    passes: &[Box<dyn Pass>],
+    disabled: &[String],
+) -> Result<HashSet<String>> {
+    for d in disabled {
+        if !passes.iter().any(|p| p.name() == d) {
+            let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();
+            return Err(Error::Other(format!(
+                "unknown pass '{d}'; passes are: {}",
+                names.join(", ")
+            )));
+        }
+    }
+    let dump_dir = dump_dir_from_env();
+    if let Some(dir) = &dump_dir {
+        dump(dir, 0, "loaded", graph)?;
+    }
+    let mut dynamic = infer_graph(graph, input_types)?;
+    if let Some(dir) = &dump_dir {
+        dump(dir, 1, SHAPE_INFERENCE, graph)?;
+    }
+    for (i, pass) in passes.iter().enumerate() {
+        if disabled.iter().any(|d| d == pass.name()) {
+            continue;
+        }
+        pass.run(graph)?;
+        if let Some(dir) = &dump_dir {
+            dump(dir, i + 2, pass.name(), graph)?;
+        }
+    }
+    // Nodes removed by passes are no longer dynamic.
+    let present: HashSet<&str> = graph.nodes.iter().map(|n| n.name.as_str()).collect();
+    dynamic.retain(|n| present.contains(n.as_str()));
+    Ok(dynamic)
+}

@@ -1,0 +1,114 @@
+//! Every case of the model zoo (`$FERROLITE_MODELS`, default `../shared/models`) gives its
+//! reference outputs within 1e-4 absolute + 1e-4 relative, and bad inputs give typed errors.
+
+use ferrolite::onnx::model::read_tensor_file;
+use ferrolite::{Error, Session, SessionOptions, Tensor};
+use std::path::{Path, PathBuf};
+
+fn models_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("FERROLITE_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models"));
+    if dir.join("cases").is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: model zoo not found at {} (set FERROLITE_MODELS to its folder)",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn load_set(dir: &Path, prefix: &str) -> Vec<(String, Tensor)> {
+    let mut v = Vec::new();
+    for k in 0.. {
+        let f = dir.join(format!("{prefix}_{k}.pb"));
+        if !f.exists() {
+            break;
+        }
+        v.push(read_tensor_file(&f).expect("reference data reads"));
+    }
+    v
+}
+
+fn check_case(case: &Path, threads: usize) {
+    let session = Session::from_path(
+        case.join("model.onnx"),
+        SessionOptions {
+            threads,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", case.display()));
+    let set = case.join("test_data_set_0");
+    let inputs = load_set(&set, "input");
+    let named: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let outputs = session
+        .run(&named)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.display()));
+    let expected = load_set(&set, "output");
+    assert_eq!(outputs.len(), expected.len());
+    for ((name, actual), (_, want)) in outputs.iter().zip(&expected) {
+        assert_eq!(actual.shape(), want.shape(), "{}: {name}", case.display());
+        let (a, w) = (actual.to_f64_vec(), want.to_f64_vec());
+        let mut worst = 0.0f64;
+        for (x, y) in a.iter().zip(&w) {
+            let d = (x - y).abs();
+            assert!(
+                d <= 1e-4 + 1e-4 * y.abs(),
+                "{}: output {name} differs: {x} vs {y}",
+                case.display()
+            );
+            worst = worst.max(d);
+        }
+        eprintln!("{}: {name} max abs diff {worst:.2e}", case.display());
+    }
+}
+
+#[test]
+fn zoo_cases_match_references() {
+    let Some(dir) = models_dir() else { return };
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(dir.join("cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    cases.sort();
+    assert!(!cases.is_empty());
+    for case in &cases {
+        check_case(case, 2);
+    }
+}
+
+#[test]
+fn wrong_inputs_are_typed_errors() {
+    let Some(dir) = models_dir() else { return };
+    let session = Session::from_path(
+        dir.join("cases/mobilenet_v2/model.onnx"),
+        SessionOptions::default(),
+    )
+    .unwrap();
+    let good = Tensor::zeros(ferrolite::DType::F32, &[1, 3, 224, 224]).unwrap();
+    // Missing input.
+    assert!(matches!(session.run(&[]), Err(Error::Input { name, .. }) if name == "x"));
+    // Unknown input name.
+    assert!(matches!(
+        session.run(&[("x", good.clone()), ("y", good.clone())]),
+        Err(Error::Input { name, .. }) if name == "y"
+    ));
+    // Wrong dtype.
+    let ints = Tensor::zeros(ferrolite::DType::I64, &[1, 3, 224, 224]).unwrap();
+    assert!(matches!(session.run(&[("x", ints)]), Err(Error::Input { .. })));
+    // Wrong rank and wrong fixed dim.
+    let rank3 = Tensor::zeros(ferrolite::DType::F32, &[3, 224, 224]).unwrap();
+    assert!(matches!(session.run(&[("x", rank3)]), Err(Error::Input { .. })));
+    let chans = Tensor::zeros(ferrolite::DType::F32, &[1, 4, 224, 224]).unwrap();
+    assert!(matches!(session.run(&[("x", chans)]), Err(Error::Input { .. })));
+    // The good input still works, with batch 2 (a new plan).
+    let two = Tensor::zeros(ferrolite::DType::F32, &[2, 3, 224, 224]).unwrap();
+    let out = session.run(&[("x", two)]).unwrap();
+    assert_eq!(out.0[0].1.shape(), &[2, 1000]);
+    let out = session.run(&[("x", good)]).unwrap();
+    assert_eq!(out.0[0].1.shape(), &[1, 1000]);
+}
