@@ -267,6 +267,10 @@ impl<'a> Builder<'a> {
             self.graph.outputs.push(id);
         }
 
+        if g.output.is_empty() {
+            return Err(Error::InvalidModel("the graph has no outputs".into()));
+        }
+
         // value_info is advisory: types it cannot express, or names nothing uses, are ignored.
         for vi in &g.value_info {
             if let Some(&id) = self.names.get(&vi.name) {
@@ -325,7 +329,6 @@ impl<'a> Builder<'a> {
         }
 
         if n.op_type == "Constant" {
-            let t = constant_value(n, &name, self.model_dir)?;
             if outs.len() != 1 || !inputs.is_empty() {
                 return Err(Error::InvalidModel(format!(
                     "Constant node '{name}' must have no inputs and one output, has {} and {}",
@@ -333,6 +336,7 @@ impl<'a> Builder<'a> {
                     outs.len()
                 )));
             }
+            let t = constant_value(n, &name, self.model_dir)?;
             let v = self.graph.value_mut(outs[0]);
             v.info = Some(ferrolite_core::TensorInfo::of(&t));
             v.constant = Some(t);
