@@ -57,7 +57,19 @@ pub fn decode_model_proto(bytes: &[u8]) -> Result<ModelProto> {
 /// Loads an ONNX model from its bytes. `model_dir` is the folder external tensor data is
 /// relative to; without it, a model with external data is an error.
 pub fn load_model(bytes: &[u8], model_dir: Option<&Path>) -> Result<OnnxModel> {
-    let p = load_model_partial(bytes, model_dir)?;
+    finish(load_model_partial(bytes, model_dir)?)
+}
+
+/// Loads an ONNX model file; external data is looked up next to it.
+pub fn load_model_file(path: &Path) -> Result<OnnxModel> {
+    let bytes = read_file(path)?;
+    let proto = decode_model_proto(&bytes)?;
+    // The decoded proto holds its own copy of the weights.
+    drop(bytes);
+    finish(convert_model(proto, Some(model_dir_of(path)))?)
+}
+
+fn finish(p: PartialModel) -> Result<OnnxModel> {
     if !p.unsupported.is_empty() {
         return Err(Error::UnsupportedOps(p.unsupported));
     }
@@ -66,18 +78,12 @@ pub fn load_model(bytes: &[u8], model_dir: Option<&Path>) -> Result<OnnxModel> {
     Ok(model)
 }
 
-/// Loads an ONNX model file; external data is looked up next to it.
-pub fn load_model_file(path: &Path) -> Result<OnnxModel> {
-    let bytes = read_file(path)?;
-    load_model(&bytes, Some(model_dir_of(path)))
-}
-
 /// Like [`load_model`], but unsupported ops are returned with the partial graph instead of
 /// failing, so that a tool can report them along with the model's inputs and outputs. Other
 /// errors (a malformed model) still fail.
 pub fn load_model_partial(bytes: &[u8], model_dir: Option<&Path>) -> Result<PartialModel> {
     let proto = decode_model_proto(bytes)?;
-    convert_model(&proto, model_dir)
+    convert_model(proto, model_dir)
 }
 
 fn model_dir_of(path: &Path) -> &Path {
@@ -102,8 +108,9 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(io)
 }
 
-/// Interprets a decoded model.
-pub fn convert_model(proto: &ModelProto, model_dir: Option<&Path>) -> Result<PartialModel> {
+/// Interprets a decoded model (consumed, so that each initializer's bytes are freed once it
+/// is decoded).
+pub fn convert_model(mut proto: ModelProto, model_dir: Option<&Path>) -> Result<PartialModel> {
     let opsets: Vec<(String, i64)> = proto
         .opset_import
         .iter()
@@ -121,10 +128,11 @@ pub fn convert_model(proto: &ModelProto, model_dir: Option<&Path>) -> Result<Par
     let producer = format!("{} {}", proto.producer_name, proto.producer_version)
         .trim()
         .to_string();
-    let g = proto
+    let mut g = proto
         .graph
-        .as_ref()
+        .take()
         .ok_or_else(|| Error::InvalidModel("the model has no graph".into()))?;
+    let initializers = std::mem::take(&mut g.initializer);
     let functions: HashSet<(&str, &str)> = proto
         .functions
         .iter()
@@ -138,7 +146,7 @@ pub fn convert_model(proto: &ModelProto, model_dir: Option<&Path>) -> Result<Par
         functions,
         unsupported: Vec::new(),
     };
-    b.build(g)?;
+    b.build(&g, initializers)?;
     Ok(PartialModel {
         model: OnnxModel {
             graph: b.graph,
@@ -188,7 +196,7 @@ impl<'a> Builder<'a> {
         Ok(id)
     }
 
-    fn build(&mut self, g: &GraphProto) -> Result<()> {
+    fn build(&mut self, g: &GraphProto, initializers: Vec<TensorProto>) -> Result<()> {
         if let Some(s) = g.sparse_initializer.first() {
             let name = s
                 .values
@@ -204,15 +212,15 @@ impl<'a> Builder<'a> {
 
         // Initializers first: a graph input with an initializer of the same name is a constant
         // (IR version < 4 lists every initializer as a graph input too).
-        for t in &g.initializer {
-            let tensor = decode(t, self.model_dir)?;
+        let initializer_names: HashSet<String> =
+            initializers.iter().map(|t| t.name.clone()).collect();
+        for t in initializers {
+            let tensor = decode(&t, self.model_dir)?;
             let id = self.define(&t.name, &format!("initializer '{}'", t.name))?;
             let v = self.graph.value_mut(id);
             v.info = Some(ferrolite_core::TensorInfo::of(&tensor));
             v.constant = Some(tensor);
         }
-        let initializer_names: HashSet<&str> =
-            g.initializer.iter().map(|t| t.name.as_str()).collect();
 
         let mut seen_inputs = HashSet::new();
         for vi in &g.input {
@@ -483,4 +491,99 @@ pub fn write_tensor_file(path: &Path, name: &str, t: &Tensor) -> Result<()> {
         path: path.display().to_string(),
         source: e,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{data_type, tensor_shape_proto::Dimension, TensorShapeProto};
+
+    #[test]
+    fn trimmed_len_drops_trailing_empty_names() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(trimmed_len(&v(&[])), 0);
+        assert_eq!(trimmed_len(&v(&["", ""])), 0);
+        assert_eq!(trimmed_len(&v(&["a", "", "b", "", ""])), 3);
+        assert_eq!(trimmed_len(&v(&["", "b"])), 2);
+    }
+
+    #[test]
+    fn node_names() {
+        let mut n = NodeProto {
+            op_type: "Relu".into(),
+            ..Default::default()
+        };
+        assert_eq!(node_name(&n, 4), "Relu_4");
+        n.name = "relu1".into();
+        assert_eq!(node_name(&n, 4), "relu1");
+    }
+
+    fn tensor_type(elem_type: i32, dims: Option<Vec<Option<dimension::Value>>>) -> TypeProto {
+        TypeProto {
+            denotation: String::new(),
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type,
+                shape: dims.map(|d| TensorShapeProto {
+                    dim: d
+                        .into_iter()
+                        .map(|value| Dimension {
+                            denotation: String::new(),
+                            value,
+                        })
+                        .collect(),
+                }),
+            })),
+        }
+    }
+
+    #[test]
+    fn declared_types() {
+        assert_eq!(declared_type(None), Ok(None));
+        let t = tensor_type(
+            data_type::INT64,
+            Some(vec![
+                Some(dimension::Value::DimParam("batch".into())),
+                Some(dimension::Value::DimValue(7)),
+                None,
+                Some(dimension::Value::DimValue(-1)),
+            ]),
+        );
+        assert_eq!(
+            declared_type(Some(&t)),
+            Ok(Some(DeclaredType {
+                dtype: ferrolite_core::DType::I64,
+                shape: Some(vec![
+                    Dim::Symbolic("batch".into()),
+                    Dim::Fixed(7),
+                    Dim::Symbolic(String::new()),
+                    Dim::Symbolic(String::new()),
+                ]),
+            }))
+        );
+        // No shape: unknown rank. Rank 0: a scalar.
+        let t = tensor_type(data_type::FLOAT, None);
+        assert_eq!(declared_type(Some(&t)).unwrap().unwrap().shape, None);
+        let t = tensor_type(data_type::FLOAT, Some(vec![]));
+        assert_eq!(
+            declared_type(Some(&t)).unwrap().unwrap().shape,
+            Some(vec![])
+        );
+        let t = tensor_type(data_type::STRING, None);
+        assert!(declared_type(Some(&t)).unwrap_err().contains("STRING"));
+    }
+
+    #[test]
+    fn constant_without_value_is_an_error() {
+        let n = NodeProto {
+            op_type: "Constant".into(),
+            attribute: vec![AttributeProto {
+                name: "value_float".into(),
+                r#type: attribute_type::INT,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let e = constant_value(&n, "c0", None).unwrap_err().to_string();
+        assert!(e.contains("'c0'") && e.contains("value_float"), "{e}");
+    }
 }
