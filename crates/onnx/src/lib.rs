@@ -3,5 +3,12 @@
 
 pub mod external;
 pub mod map;
+pub mod model;
+pub mod npy;
 pub mod proto;
 pub mod tensor;
+
+pub use model::{
+    load_model, load_model_file, load_model_partial, read_tensor_file, write_tensor_file,
+    OnnxModel, PartialModel,
+};

@@ -151,3 +151,79 @@ pub fn encode(name: &str, t: &Tensor) -> TensorProto {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proto(data_type: i32, dims: &[i64]) -> TensorProto {
+        TensorProto {
+            name: "t".into(),
+            data_type,
+            dims: dims.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn typed_fields() {
+        let mut p = proto(data_type::FLOAT16, &[2]);
+        p.int32_data = vec![0x3c00, 0xc000]; // 1.0, -2.0
+        let t = decode(&p, None).unwrap();
+        assert_eq!(t.dtype(), DType::F16);
+        assert_eq!(t.to_f64_vec(), [1.0, -2.0]);
+
+        let mut p = proto(data_type::BOOL, &[3]);
+        p.int32_data = vec![1, 0, 1];
+        assert_eq!(
+            decode(&p, None).unwrap().as_slice::<u8>().unwrap(),
+            &[1, 0, 1]
+        );
+
+        let mut p = proto(data_type::UINT32, &[2]);
+        p.uint64_data = vec![7, u32::MAX as u64];
+        assert_eq!(
+            decode(&p, None).unwrap().as_slice::<u32>().unwrap(),
+            &[7, u32::MAX]
+        );
+
+        let mut p = proto(data_type::INT8, &[2]);
+        p.int32_data = vec![-3, 100];
+        assert_eq!(
+            decode(&p, None).unwrap().as_slice::<i8>().unwrap(),
+            &[-3, 100]
+        );
+
+        let mut p = proto(data_type::DOUBLE, &[]);
+        p.double_data = vec![2.5];
+        let t = decode(&p, None).unwrap();
+        assert_eq!(t.shape(), &[] as &[usize]);
+        assert_eq!(t.as_slice::<f64>().unwrap(), &[2.5]);
+    }
+
+    #[test]
+    fn empty_tensor_and_roundtrip() {
+        let t = decode(&proto(data_type::FLOAT, &[0, 3]), None).unwrap();
+        assert_eq!(t.shape(), &[0, 3]);
+        let x = Tensor::from_slice(&[2, 2], &[1i16, -2, 3, -4]).unwrap();
+        let back = decode(&encode("x", &x), None).unwrap();
+        assert_eq!(back.shape(), x.shape());
+        assert_eq!(back.as_slice::<i16>().unwrap(), &[1, -2, 3, -4]);
+    }
+
+    #[test]
+    fn inconsistent_tensors() {
+        let mut p = proto(data_type::FLOAT, &[0]);
+        p.raw_data = vec![0; 4];
+        assert!(decode(&p, None).is_err());
+        let mut p = proto(data_type::INT64, &[3]);
+        p.int64_data = vec![1, 2];
+        assert!(decode(&p, None).unwrap_err().to_string().contains("'t'"));
+        let mut p = proto(data_type::FLOAT, &[1]);
+        p.data_location = tensor_proto::DATA_LOCATION_EXTERNAL;
+        assert!(decode(&p, None).is_err());
+        assert!(decode(&proto(data_type::COMPLEX64, &[1]), None).is_err());
+        assert!(decode(&proto(data_type::FLOAT, &[-1]), None).is_err());
+        assert!(decode(&proto(data_type::FLOAT, &[1 << 62, 4]), None).is_err());
+    }
+}
