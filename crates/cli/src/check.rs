@@ -22,7 +22,11 @@ pub fn compare(actual: &Tensor, expected: &Tensor, atol: f64, rtol: f64) -> Comp
             max_abs: f64::NAN,
             max_rel: f64::NAN,
             passed: false,
-            note: format!("shape {:?}, expected {:?}", actual.shape(), expected.shape()),
+            note: format!(
+                "shape {:?}, expected {:?}",
+                actual.shape(),
+                expected.shape()
+            ),
         };
     }
     if actual.dtype() != expected.dtype() {
@@ -74,7 +78,10 @@ fn numbered(dir: &Path, prefix: &str) -> Result<Vec<PathBuf>> {
     let mut files: Vec<(usize, PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         if let Some(k) = name
             .strip_prefix(prefix)
             .and_then(|r| r.strip_prefix('_'))
@@ -96,7 +103,13 @@ struct CaseResult {
     op_types: Vec<String>,
 }
 
-fn run_case(dir: &Path, atol: f64, rtol: f64, quiet: bool, options: &SessionOptions) -> Result<bool> {
+fn run_case(
+    dir: &Path,
+    atol: f64,
+    rtol: f64,
+    quiet: bool,
+    options: &SessionOptions,
+) -> Result<bool> {
     let session = Session::from_path(dir.join("model.onnx"), options.clone())?;
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::Io {
@@ -127,11 +140,19 @@ fn run_case(dir: &Path, atol: f64, rtol: f64, quiet: bool, options: &SessionOpti
                     .inputs()
                     .get(k)
                     .map(|i| i.name.clone())
-                    .ok_or_else(|| Error::Other(format!("{}: more inputs than the model has", file.display())))?
+                    .ok_or_else(|| {
+                        Error::Other(format!(
+                            "{}: more inputs than the model has",
+                            file.display()
+                        ))
+                    })?
             };
             inputs.push((name, t));
         }
-        let named: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let named: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
         let outputs = session.run(&named)?;
         let expected_files = numbered(set, "output")?;
         if expected_files.len() != outputs.len() {
@@ -161,7 +182,11 @@ fn run_case(dir: &Path, atol: f64, rtol: f64, quiet: bool, options: &SessionOpti
                     c.max_abs,
                     c.max_rel,
                     if c.passed { "PASS" } else { "FAIL" },
-                    if c.note.is_empty() { String::new() } else { format!(" ({})", c.note) }
+                    if c.note.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", c.note)
+                    }
                 );
             }
         }
@@ -190,7 +215,14 @@ pub fn check_cases(
         // A bug in one op must not hide the results of the other cases.
         let outcome = std::panic::catch_unwind(|| run_case(dir, atol, rtol, quiet, options));
         let (passed, error) = match outcome {
-            Ok(Ok(p)) => (p, if p { String::new() } else { "outputs differ".to_string() }),
+            Ok(Ok(p)) => (
+                p,
+                if p {
+                    String::new()
+                } else {
+                    "outputs differ".to_string()
+                },
+            ),
             Ok(Err(e)) => (false, e.to_string()),
             Err(p) => {
                 let msg = p
@@ -208,7 +240,11 @@ pub fn check_cases(
         println!(
             "{} {name}{}",
             if passed { "PASS" } else { "FAIL" },
-            if error.is_empty() { String::new() } else { format!(": {error}") }
+            if error.is_empty() {
+                String::new()
+            } else {
+                format!(": {error}")
+            }
         );
         results.push(CaseResult {
             name,

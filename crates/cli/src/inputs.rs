@@ -6,7 +6,7 @@ use std::path::Path;
 /// Reads a tensor from `.npy` or an ONNX TensorProto `.pb` file.
 pub fn read_tensor(path: &Path) -> Result<Tensor> {
     match path.extension().and_then(|e| e.to_str()) {
-        Some("npy") => ferrolite::onnx::npy::read_npy(path),
+        Some("npy") => ferrolite::onnx::npy::read_npy_file(path),
         _ => Ok(ferrolite::onnx::model::read_tensor_file(path)?.1),
     }
 }

@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "ferrolite", version, about = "Neural-network inference for edge devices")]
+#[command(
+    name = "ferrolite",
+    version,
+    about = "Neural-network inference for edge devices"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -130,7 +134,15 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             seed,
             repeat,
             engine,
-        } => report::run_model(&model, &input, &shape, output_dir.as_deref(), seed, repeat, &engine.options()),
+        } => report::run_model(
+            &model,
+            &input,
+            &shape,
+            output_dir.as_deref(),
+            seed,
+            repeat,
+            &engine.options(),
+        ),
         Command::Check {
             cases,
             atol,
@@ -138,7 +150,14 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             quiet,
             json,
             engine,
-        } => check::check_cases(&cases, atol, rtol, quiet, json.as_deref(), &engine.options()),
+        } => check::check_cases(
+            &cases,
+            atol,
+            rtol,
+            quiet,
+            json.as_deref(),
+            &engine.options(),
+        ),
         Command::Info { model, shape } => {
             let session = Session::from_path(&model, SessionOptions::default())?;
             report::info(&session, &shape)?;
@@ -170,7 +189,12 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
         }
         Command::Passes => {
             println!("{:<2} {:<20} what", "#", "pass");
-            println!("{:<2} {:<20} {}", 0, ferrolite::core::passes::SHAPE_INFERENCE, "infer every shape and dtype, fold constants (always on)");
+            println!(
+                "{:<2} {:<20} {}",
+                0,
+                ferrolite::core::passes::SHAPE_INFERENCE,
+                "infer every shape and dtype, fold constants (always on)"
+            );
             for (i, (name, what)) in ferrolite::pass_names().into_iter().enumerate() {
                 println!("{:<2} {:<20} {}", i + 1, name, what);
             }

@@ -24,7 +24,10 @@ pub fn summary(t: &Tensor) -> String {
     let mean = finite.iter().sum::<f64>() / finite.len().max(1) as f64;
     let head: Vec<String> = v.iter().take(6).map(|x| format!("{x:.6}")).collect();
     let more = if v.len() > 6 { ", ..." } else { "" };
-    let mut s = format!("min {min:.6}  max {max:.6}  mean {mean:.6}  [{}{more}]", head.join(", "));
+    let mut s = format!(
+        "min {min:.6}  max {max:.6}  mean {mean:.6}  [{}{more}]",
+        head.join(", ")
+    );
     if nan > 0 {
         s.push_str(&format!("  ({nan} NaN)"));
     }
@@ -56,7 +59,10 @@ pub fn run_model(
     let t1 = Instant::now();
     session.prerun(&shapes)?;
     let prerun = t1.elapsed();
-    let named: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t, _)| (n.as_str(), t.clone())).collect();
+    let named: Vec<(&str, Tensor)> = inputs
+        .iter()
+        .map(|(n, t, _)| (n.as_str(), t.clone()))
+        .collect();
     let t2 = Instant::now();
     let outputs = session.run(&named)?;
     let first = t2.elapsed();
@@ -79,7 +85,7 @@ pub fn run_model(
                 source: e,
             })?;
             let file = dir.join(format!("{}.npy", sanitize(name)));
-            ferrolite::onnx::npy::write_npy(&file, t)?;
+            ferrolite::onnx::npy::write_npy_file(&file, t)?;
             println!("       written to {}", file.display());
         }
     }
@@ -91,7 +97,11 @@ pub fn run_model(
     );
     if !times.is_empty() {
         times.sort();
-        print!("  median of {} runs {}", times.len(), ms(times[times.len() / 2]));
+        print!(
+            "  median of {} runs {}",
+            times.len(),
+            ms(times[times.len() / 2])
+        );
     }
     println!("  ({} thread(s))", session.threads());
     Ok(ExitCode::SUCCESS)
@@ -100,7 +110,13 @@ pub fn run_model(
 /// A file name from an output name.
 fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -130,7 +146,9 @@ pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
         .values
         .iter()
         .filter_map(|v| v.constant.as_ref())
-        .fold((0usize, 0usize), |(p, b), t| (p + t.numel(), b + t.byte_len()));
+        .fold((0usize, 0usize), |(p, b), t| {
+            (p + t.numel(), b + t.byte_len())
+        });
     println!("params   {params} ({:.2} MB)", bytes as f64 / 1e6);
     let shapes = shapes_for(session, shape_args)?;
     match session.prerun(&shapes) {

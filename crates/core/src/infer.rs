@@ -131,6 +131,8 @@ pub fn infer_graph(graph: &mut Graph, input_types: &[TensorInfo]) -> Result<Hash
 
     let mut dynamic = HashSet::new();
     let mut folded = vec![false; graph.nodes.len()];
+    // Indexed: the body writes to `graph.values` while reading `graph.nodes`.
+    #[allow(clippy::needless_range_loop)]
     for ni in 0..graph.nodes.len() {
         let node = &graph.nodes[ni];
         let mut infer_inputs: Vec<Option<InferInput>> = Vec::with_capacity(node.inputs.len());

@@ -4,7 +4,6 @@ use crate::model::{load_model, Model};
 use ferrolite_core::passes::{default_pipeline, optimize, Pass};
 use ferrolite_core::plan::Plan;
 use ferrolite_core::{DType, Dim, Error, Graph, Result, Tensor, TensorInfo};
-use ferrolite_cpu::CpuKernels;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -211,7 +210,11 @@ impl Session {
                 shape: declared.shape.clone(),
             })
         };
-        let inputs = g.inputs.iter().map(|&v| io(v)).collect::<Result<Vec<_>>>()?;
+        let inputs = g
+            .inputs
+            .iter()
+            .map(|&v| io(v))
+            .collect::<Result<Vec<_>>>()?;
         let outputs = g
             .outputs
             .iter()
@@ -291,18 +294,8 @@ impl Session {
             .collect();
         let mut graph = self.model.graph.clone();
         let pipeline: Vec<Box<dyn Pass>> = default_pipeline();
-        let dynamic = optimize(
-            &mut graph,
-            &types,
-            &pipeline,
-            &self.options.disabled_passes,
-        )?;
-        let provider = CpuKernels::default();
-        let plan = if self.options.optimized_kernels {
-            Plan::build(&graph, &dynamic, Some(&provider))?
-        } else {
-            Plan::build(&graph, &dynamic, None)?
-        };
+        let dynamic = optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
+        let plan = Plan::build(&graph, &dynamic, None)?;
         let prepared = Arc::new(Prepared { graph, plan });
         self.lock_plans()?.insert(key, prepared.clone());
         Ok(prepared)

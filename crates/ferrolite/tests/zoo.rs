@@ -43,7 +43,10 @@ fn check_case(case: &Path, threads: usize) {
     .unwrap_or_else(|e| panic!("{}: {e}", case.display()));
     let set = case.join("test_data_set_0");
     let inputs = load_set(&set, "input");
-    let named: Vec<(&str, Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let named: Vec<(&str, Tensor)> = inputs
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.clone()))
+        .collect();
     let outputs = session
         .run(&named)
         .unwrap_or_else(|e| panic!("{}: {e}", case.display()));
@@ -99,12 +102,21 @@ fn wrong_inputs_are_typed_errors() {
     ));
     // Wrong dtype.
     let ints = Tensor::zeros(ferrolite::DType::I64, &[1, 3, 224, 224]).unwrap();
-    assert!(matches!(session.run(&[("x", ints)]), Err(Error::Input { .. })));
+    assert!(matches!(
+        session.run(&[("x", ints)]),
+        Err(Error::Input { .. })
+    ));
     // Wrong rank and wrong fixed dim.
     let rank3 = Tensor::zeros(ferrolite::DType::F32, &[3, 224, 224]).unwrap();
-    assert!(matches!(session.run(&[("x", rank3)]), Err(Error::Input { .. })));
+    assert!(matches!(
+        session.run(&[("x", rank3)]),
+        Err(Error::Input { .. })
+    ));
     let chans = Tensor::zeros(ferrolite::DType::F32, &[1, 4, 224, 224]).unwrap();
-    assert!(matches!(session.run(&[("x", chans)]), Err(Error::Input { .. })));
+    assert!(matches!(
+        session.run(&[("x", chans)]),
+        Err(Error::Input { .. })
+    ));
     // The good input still works, with batch 2 (a new plan).
     let two = Tensor::zeros(ferrolite::DType::F32, &[2, 3, 224, 224]).unwrap();
     let out = session.run(&[("x", two)]).unwrap();

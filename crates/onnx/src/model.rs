@@ -587,3 +587,11 @@ mod tests {
         assert!(e.contains("'c0'") && e.contains("value_float"), "{e}");
     }
 }
+
+/// The op types of a model's nodes in file order, without mapping them (for reports).
+pub fn op_types(bytes: &[u8]) -> Result<Vec<String>> {
+    Ok(decode_model_proto(bytes)?
+        .graph
+        .map(|g| g.node.iter().map(|n| n.op_type.clone()).collect())
+        .unwrap_or_default())
+}
