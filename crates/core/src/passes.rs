@@ -151,3 +151,98 @@ pub fn optimize(
     dynamic.retain(|n| present.contains(n.as_str()));
     Ok(dynamic)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::elementwise::cast::Identity;
+    use crate::ops::elementwise::unary::{Unary, UnaryKind};
+    use crate::plan::Plan;
+    use crate::{DType, Tensor};
+    use std::sync::Arc;
+
+    /// x -> Identity -> Relu -> y, plus a dead Neg branch reading x.
+    fn graph() -> Graph {
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let a = g
+            .add_op("id", Arc::new(Identity), vec![Some(x)], 1)
+            .unwrap()[0];
+        let relu = Arc::new(Unary {
+            kind: UnaryKind::Relu,
+        });
+        let y = g.add_op("relu", relu, vec![Some(a)], 1).unwrap()[0];
+        let neg = Arc::new(Unary {
+            kind: UnaryKind::Neg,
+        });
+        g.add_op("unused", neg, vec![Some(x)], 1).unwrap();
+        g.outputs.push(y);
+        g
+    }
+
+    fn run(g: &Graph, disabled: &[String]) -> (Graph, Tensor) {
+        let mut g = g.clone();
+        let types = [TensorInfo::new(DType::F32, vec![4])];
+        let dynamic = optimize(&mut g, &types, &default_pipeline(), disabled).unwrap();
+        let plan = Plan::build(&g, &dynamic, None).unwrap();
+        let x = Tensor::from_vec(&[4], vec![-1.0f32, 2.0, -3.0, 4.0]).unwrap();
+        let y = plan.run(&[&x]).unwrap().remove(0);
+        (g, y)
+    }
+
+    #[test]
+    fn identity_and_dead_nodes_are_removed() {
+        let (g, y) = run(&graph(), &[]);
+        let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(ops, vec!["Relu"]);
+        assert_eq!(y.as_slice::<f32>().unwrap(), &[0.0, 2.0, 0.0, 4.0]);
+    }
+
+    #[test]
+    fn disabled_passes_keep_nodes_and_results() {
+        let all: Vec<String> = default_pipeline()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        let (g, y) = run(&graph(), &all);
+        assert_eq!(g.nodes.len(), 3);
+        assert_eq!(y.as_slice::<f32>().unwrap(), &[0.0, 2.0, 0.0, 4.0]);
+        let mut g2 = graph();
+        let e = optimize(
+            &mut g2,
+            &[TensorInfo::new(DType::F32, vec![4])],
+            &default_pipeline(),
+            &["nope".into()],
+        );
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn constant_chains_fold_before_running() {
+        // A shape computed from constants (Relu of a constant) folds before Reshape needs it.
+        use crate::ops::shape::reshape::Reshape;
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let s = g.add_constant("s", Tensor::from_vec(&[2], vec![2i64, -1]).unwrap());
+        let relu = Arc::new(Unary {
+            kind: UnaryKind::Relu,
+        });
+        let s2 = g.add_op("relu_shape", relu, vec![Some(s)], 1).unwrap()[0];
+        let y = g
+            .add_op(
+                "reshape",
+                Arc::new(Reshape::default()),
+                vec![Some(x), Some(s2)],
+                1,
+            )
+            .unwrap()[0];
+        g.outputs.push(y);
+        let types = [TensorInfo::new(DType::F32, vec![2, 3])];
+        let dynamic = optimize(&mut g, &types, &default_pipeline(), &[]).unwrap();
+        assert!(dynamic.is_empty());
+        assert_eq!(g.nodes.len(), 1);
+        assert_eq!(g.value(y).info.as_ref().unwrap().shape, vec![2, 3]);
+    }
+}
