@@ -37,7 +37,7 @@ fn nchw(s: &[usize]) -> OpResult<[usize; 4]> {
 }
 
 fn block(b: i64) -> OpResult<usize> {
-    if b < 1 || b > 1 << 16 {
+    if !(1..=1 << 16).contains(&b) {
         op_bail!("blocksize must be positive, got {b}");
     }
     Ok(b as usize)
