@@ -1,6 +1,7 @@
 //! Compress: keep the slices along `axis` (or the elements of the flattened input when there is
 //! no axis) whose condition entry is true. The condition is value-dependent.
 
+use super::common::numel_of;
 use crate::op::{input, normalize_axis, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
@@ -22,18 +23,14 @@ impl Compress {
         }
         let (out_base, view) = match self.axis {
             None => {
-                let n: usize = shape.iter().product();
+                let n: usize = numel_of(shape)?;
                 (vec![n], [1, n, 1])
             }
             Some(a) => {
                 let a = normalize_axis(a, shape.len())?;
                 (
                     shape.to_vec(),
-                    [
-                        shape[..a].iter().product(),
-                        shape[a],
-                        shape[a + 1..].iter().product(),
-                    ],
+                    [numel_of(&shape[..a])?, shape[a], numel_of(&shape[a + 1..])?],
                 )
             }
         };
@@ -81,6 +78,9 @@ impl Op for Compress {
         let x = required(inputs, 0)?;
         let (shape, [outer, n, inner], sel) = self.plan(x.shape(), required(inputs, 1)?)?;
         let mut out = Tensor::zeros(x.dtype(), &shape)?;
+        if out.numel() == 0 {
+            return Ok(vec![out]);
+        }
         let blk = inner * x.dtype().size();
         let sb = x.bytes();
         let ob = out.bytes_mut();

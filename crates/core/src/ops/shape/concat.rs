@@ -1,5 +1,6 @@
 //! Concat: join tensors of equal rank along one axis.
 
+use super::common::numel_of;
 use super::common::same_dtype;
 use crate::op::{normalize_axis, output, variadic, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpError, OpResult, Tensor, TensorInfo};
@@ -71,9 +72,12 @@ impl Op for Concat {
         let shapes: Vec<&[usize]> = xs.iter().map(|x| x.shape()).collect();
         let (shape, axis) = self.output_shape(&shapes)?;
         let mut out = Tensor::zeros(dt, &shape)?;
+        if out.numel() == 0 {
+            return Ok(vec![out]);
+        }
         let es = dt.size();
-        let outer: usize = shape[..axis].iter().product();
-        let inner: usize = shape[axis + 1..].iter().product();
+        let outer: usize = numel_of(&shape[..axis])?;
+        let inner: usize = numel_of(&shape[axis + 1..])?;
         // Per outer index, each input contributes one contiguous block.
         let blocks: Vec<usize> = xs.iter().map(|x| x.shape()[axis] * inner * es).collect();
         let ob = out.bytes_mut();

@@ -37,7 +37,7 @@ fn nchw(s: &[usize]) -> OpResult<[usize; 4]> {
 }
 
 fn block(b: i64) -> OpResult<usize> {
-    if b < 1 || b > 1 << 16 {
+    if !(1..=1 << 16).contains(&b) {
         op_bail!("blocksize must be positive, got {b}");
     }
     Ok(b as usize)
@@ -50,7 +50,10 @@ impl DepthToSpace {
         if c % (b * b) != 0 {
             op_bail!("channels {c} are not divisible by blocksize² {}", b * b);
         }
-        Ok(vec![n, c / (b * b), h * b, w * b])
+        match (h.checked_mul(b), w.checked_mul(b)) {
+            (Some(hb), Some(wb)) => Ok(vec![n, c / (b * b), hb, wb]),
+            _ => op_bail!("output of {s:?} with blocksize {b} is too large"),
+        }
     }
 }
 
@@ -103,7 +106,10 @@ impl SpaceToDepth {
         if h % b != 0 || w % b != 0 {
             op_bail!("spatial size {h}x{w} is not divisible by blocksize {b}");
         }
-        Ok(vec![n, c * b * b, h / b, w / b])
+        match c.checked_mul(b * b) {
+            Some(cb) => Ok(vec![n, cb, h / b, w / b]),
+            None => op_bail!("output of {s:?} with blocksize {b} is too large"),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Flatten: reshape to 2-D, `[prod(dims[..axis]), prod(dims[axis..])]`.
 
+use super::common::numel_of;
 use crate::op::{input, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
@@ -27,10 +28,7 @@ impl Flatten {
             op_bail!("axis {} is out of range for rank {r}", self.axis);
         }
         let a = a as usize;
-        Ok(vec![
-            input[..a].iter().product(),
-            input[a..].iter().product(),
-        ])
+        Ok(vec![numel_of(&input[..a])?, numel_of(&input[a..])?])
     }
 }
 
@@ -71,6 +69,9 @@ mod tests {
         assert_eq!(f(-4).unwrap(), vec![1, 120]);
         assert!(f(5).is_err());
         assert!(f(-5).is_err());
+        // A zero dimension lets the other dimensions be huge; their product must not overflow.
+        let big = Flatten { axis: 2 }.output_shape(&[1 << 40, 1 << 40, 0]);
+        assert!(big.is_err());
         let x = Tensor::from_vec(&[2, 2], vec![1i8, 2, 3, 4]).unwrap();
         let y = Flatten { axis: 0 }.eval(&[Some(&x)]).unwrap();
         assert_eq!(y[0].shape(), &[1, 4]);

@@ -1,6 +1,7 @@
 //! Gather, GatherElements and GatherND: pick elements or slices of `data` at positions read
 //! from an index tensor. Negative indices count from the end; every index is bounds-checked.
 
+use super::common::numel_of;
 use super::common::resolve_index;
 use crate::op::{input, normalize_axis, output, required, Prototype};
 use crate::ops::util::strides;
@@ -44,16 +45,19 @@ impl Op for Gather {
         let ind = required(inputs, 1)?;
         let (shape, axis) = self.output_shape(data.shape(), ind.shape())?;
         let ds = data.shape();
-        let outer: usize = ds[..axis].iter().product();
+        let outer: usize = numel_of(&ds[..axis])?;
         let n = ds[axis];
         let es = data.dtype().size();
-        let block = ds[axis + 1..].iter().product::<usize>() * es;
+        let block = numel_of(&ds[axis + 1..])? * es;
         let idx = ind
             .to_i64_vec()
             .iter()
             .map(|&i| resolve_index(i, n, "input 1 (indices)"))
             .collect::<OpResult<Vec<usize>>>()?;
         let mut out = Tensor::zeros(data.dtype(), &shape)?;
+        if out.numel() == 0 {
+            return Ok(vec![out]);
+        }
         let ob = out.bytes_mut();
         let sb = data.bytes();
         let mut o = 0;
@@ -203,11 +207,11 @@ pub(crate) fn nd_plan(data: &[usize], ind: &[usize], batch_dims: i64) -> OpResul
     let mut out_shape = ind[..q - 1].to_vec();
     out_shape.extend_from_slice(&data[b + m..]);
     Ok(NdPlan {
-        batches: data[..b].iter().product(),
-        tuples: ind[b..q - 1].iter().product(),
+        batches: numel_of(&data[..b])?,
+        tuples: numel_of(&ind[b..q - 1])?,
         m,
-        block: data[b + m..].iter().product(),
-        slab: data[b..].iter().product(),
+        block: numel_of(&data[b + m..])?,
+        slab: numel_of(&data[b..])?,
         out_shape,
     })
 }
@@ -250,6 +254,9 @@ impl Op for GatherND {
         let data = required(inputs, 0)?;
         let ind = required(inputs, 1)?;
         let p = nd_plan(data.shape(), ind.shape(), self.batch_dims)?;
+        if numel_of(&p.out_shape)? == 0 {
+            return Ok(vec![Tensor::zeros(data.dtype(), &p.out_shape)?]);
+        }
         let offs = nd_offsets(
             data.shape(),
             &p,

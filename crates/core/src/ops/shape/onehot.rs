@@ -65,7 +65,7 @@ impl Op for OneHot {
 
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
         let (shape, _, _) = self.plan(ctx.shape(0)?, ctx.value(1)?)?;
-        if ctx.shape(2)?.iter().product::<usize>() != 2 {
+        if numel_of(ctx.shape(2)?)? != 2 {
             op_bail!(
                 "input 2 (values) must hold 2 elements, got {:?}",
                 ctx.shape(2)?
@@ -91,7 +91,7 @@ impl Op for OneHot {
         for c in ob.chunks_exact_mut(es) {
             c.copy_from_slice(off);
         }
-        let inner: usize = ind.shape()[axis..].iter().product();
+        let inner: usize = numel_of(&ind.shape()[axis..])?;
         // Floats are truncated toward zero, as a cast to int would.
         for (p, &v) in ind.to_i64_vec().iter().enumerate() {
             let v = if v < 0 {

@@ -86,10 +86,12 @@ impl Pad {
     /// For each output index along one axis, the source index (or `None` for the constant).
     fn axis_map(&self, n: usize, b: i64, out_n: usize) -> OpResult<Vec<Option<usize>>> {
         // Negative pads crop first; positive pads then pad the cropped range.
-        let crop_lo = (-b).max(0) as usize;
-        let pad_lo = b.max(0) as i128;
-        let m = n as i128 - crop_lo as i128 - (out_n as i128 - n as i128 - b as i128).min(0).abs();
-        let m = m.max(0);
+        let (n_, b_, o_) = (n as i128, b as i128, out_n as i128);
+        let e_ = o_ - n_ - b_;
+        let crop_lo = (-b_).max(0);
+        let pad_lo = b_.max(0);
+        // The length left after cropping both ends.
+        let m = (n_ - crop_lo - (-e_).max(0)).max(0);
         if m == 0 && out_n > 0 && self.mode != PadMode::Constant {
             op_bail!("cannot pad an empty axis in {:?} mode", self.mode);
         }
@@ -114,13 +116,18 @@ impl Pad {
                     }
                 }
             };
-            map.push(src.map(|s| (s + crop_lo as i128) as usize));
+            map.push(src.map(|s| (s + crop_lo) as usize));
         }
         Ok(map)
     }
 
     fn run(&self, x: &Tensor, pads: &[(i64, i64)], fill: &[u8]) -> OpResult<Tensor> {
         let shape = Pad::output_shape(x.shape(), pads)?;
+        // Allocate first: it bounds the output size before the per-axis maps are built.
+        let mut out = Tensor::zeros(x.dtype(), &shape)?;
+        if out.numel() == 0 {
+            return Ok(out);
+        }
         let maps = x
             .shape()
             .iter()
@@ -128,7 +135,6 @@ impl Pad {
             .zip(&shape)
             .map(|((&n, &(b, _)), &o)| self.axis_map(n, b, o))
             .collect::<OpResult<Vec<_>>>()?;
-        let mut out = Tensor::zeros(x.dtype(), &shape)?;
         let es = x.dtype().size();
         let st = strides(x.shape());
         let sb = x.bytes();
@@ -258,6 +264,11 @@ mod tests {
         assert_eq!(v(PadMode::Edge, &[1, -1]), vec![1, 1, 2]);
         assert!(pad(PadMode::Constant, &x, &[-4, 0]).is_err());
         assert!(pad(PadMode::Constant, &x, &[1]).is_err());
+        // Extreme pads must not overflow.
+        let y = pad(PadMode::Constant, &x, &[i64::MIN, i64::MAX]).unwrap();
+        assert_eq!(y.to_i64_vec(), vec![0, 0]);
+        assert!(pad(PadMode::Edge, &x, &[i64::MIN, i64::MAX]).is_err());
+        assert!(pad(PadMode::Constant, &x, &[i64::MAX, i64::MAX]).is_err());
     }
 
     #[test]

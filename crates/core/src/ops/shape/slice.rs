@@ -172,9 +172,9 @@ impl Op for Slice {
         let st = strides(x.shape());
         let mut offset: i128 = 0;
         let mut ss = Vec::with_capacity(st.len());
-        for d in 0..st.len() {
-            offset += p.start[d] as i128 * st[d] as i128;
-            ss.push(p.step[d] as i128 * st[d] as i128);
+        for ((&st, &start), &step) in st.iter().zip(&p.start).zip(&p.step) {
+            offset += start as i128 * st as i128;
+            ss.push(step as i128 * st as i128);
         }
         Ok(vec![strided_copy(x, &p.shape, &ss, offset)?])
     }
