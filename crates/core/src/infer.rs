@@ -172,12 +172,25 @@ pub fn infer_graph(graph: &mut Graph, input_types: &[TensorInfo]) -> Result<Hash
             .iter()
             .all(|i| i.numel() * i.dtype.size() <= MAX_FOLD_BYTES);
         let outputs = node.outputs.clone();
-        if all_const && small && node.op.is_foldable() {
+        let from_shapes = node
+            .op
+            .fold_from_shapes(&InferCtx {
+                inputs: &infer_inputs,
+            })
+            .transpose()
+            .map_err(|e| node_error(node, e))?;
+        let results = if from_shapes.is_some() {
+            from_shapes
+        } else if all_const && small && node.op.is_foldable() {
             let args: Vec<Option<&Tensor>> = infer_inputs
                 .iter()
                 .map(|x| x.and_then(|x| x.value))
                 .collect();
-            let results = node.op.eval(&args).map_err(|e| node_error(node, e))?;
+            Some(node.op.eval(&args).map_err(|e| node_error(node, e))?)
+        } else {
+            None
+        };
+        if let Some(results) = results {
             check_results(node, &infos, &results)?;
             for (o, t) in outputs.iter().zip(results) {
                 let v = graph.value_mut(*o);

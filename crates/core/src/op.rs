@@ -195,6 +195,12 @@ pub trait Op: Debug + Send + Sync + Any {
         0
     }
 
+    /// For ops whose outputs depend only on input shapes (Shape, Size): the outputs computed from
+    /// the types alone, so that inference folds them even when the input's data is unknown.
+    fn fold_from_shapes(&self, _ctx: &InferCtx) -> Option<OpResult<Vec<Tensor>>> {
+        None
+    }
+
     /// Whether the op can be evaluated at prerun when all its inputs are constant. False for
     /// ops whose result must not be frozen into the plan (random generators).
     fn is_foldable(&self) -> bool {

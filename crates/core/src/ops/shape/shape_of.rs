@@ -13,6 +13,13 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The output for an input shape.
+    fn of(&self, shape: &[usize]) -> OpResult<Tensor> {
+        let (s, e) = self.range(shape.len());
+        let dims: Vec<i64> = shape[s..e].iter().map(|&d| d as i64).collect();
+        Ok(Tensor::from_vec(&[dims.len()], dims)?)
+    }
+
     /// The reported range of dimensions for a rank.
     pub fn range(&self, rank: usize) -> (usize, usize) {
         let r = rank as i64;
@@ -42,10 +49,11 @@ impl Op for Shape {
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
-        let x = required(inputs, 0)?;
-        let (s, e) = self.range(x.rank());
-        let dims: Vec<i64> = x.shape()[s..e].iter().map(|&d| d as i64).collect();
-        Ok(vec![Tensor::from_vec(&[dims.len()], dims)?])
+        Ok(vec![self.of(required(inputs, 0)?.shape())?])
+    }
+
+    fn fold_from_shapes(&self, ctx: &InferCtx) -> Option<OpResult<Vec<Tensor>>> {
+        Some(ctx.shape(0).and_then(|s| Ok(vec![self.of(s)?])))
     }
 }
 
@@ -69,6 +77,13 @@ impl Op for Size {
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0)?;
         Ok(vec![Tensor::scalar(x.numel() as i64)])
+    }
+
+    fn fold_from_shapes(&self, ctx: &InferCtx) -> Option<OpResult<Vec<Tensor>>> {
+        Some(
+            ctx.shape(0)
+                .map(|s| vec![Tensor::scalar(s.iter().product::<usize>() as i64)]),
+        )
     }
 }
 
