@@ -423,6 +423,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::excessive_precision)]
     fn selu_defaults_are_the_onnx_values() {
         assert_eq!(UnaryKind::SELU_ALPHA as f64, 1.67326319217681884765625);
         assert_eq!(UnaryKind::SELU_GAMMA as f64, 1.05070102214813232421875);
