@@ -269,11 +269,12 @@ pub fn binary(kind: BinaryKind, a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
 
 /// Pow with independent base and exponent dtypes.
 fn pow(a: &Tensor, b: &Tensor, shape: &[usize]) -> OpResult<Tensor> {
+    // Allocate the output first: it checks the size before the offset tables are built.
+    let mut out = Tensor::zeros(a.dtype(), shape)?;
     let ao = broadcast_offsets(a.shape(), shape);
     let bo = broadcast_offsets(b.shape(), shape);
     let exp_f = b.to_f64_vec();
     let exp_int = b.dtype().is_int();
-    let mut out = Tensor::zeros(a.dtype(), shape)?;
     let dt = a.dtype();
     dispatch_all!(dt, T => {
         let av = a.as_slice::<T>()?;

@@ -76,9 +76,11 @@ impl UnaryKind {
     /// ONNX attribute defaults for the parametrised activations.
     pub const LEAKY_RELU: UnaryKind = UnaryKind::LeakyRelu { alpha: 0.01 };
     pub const ELU: UnaryKind = UnaryKind::Elu { alpha: 1.0 };
+    pub const SELU_ALPHA: f32 = 1.673_263_2;
+    pub const SELU_GAMMA: f32 = 1.050_701;
     pub const SELU: UnaryKind = UnaryKind::Selu {
-        alpha: 1.673_263_2,
-        gamma: 1.050_701,
+        alpha: Self::SELU_ALPHA,
+        gamma: Self::SELU_GAMMA,
     };
     pub const CELU: UnaryKind = UnaryKind::Celu { alpha: 1.0 };
     pub const THRESHOLDED_RELU: UnaryKind = UnaryKind::ThresholdedRelu { alpha: 1.0 };
@@ -418,6 +420,13 @@ mod tests {
             );
         }
         assert!((erf(1e-5) - 1.1283791670578999e-5).abs() < 1e-19);
+    }
+
+    #[test]
+    #[allow(clippy::excessive_precision)]
+    fn selu_defaults_are_the_onnx_values() {
+        assert_eq!(UnaryKind::SELU_ALPHA as f64, 1.67326319217681884765625);
+        assert_eq!(UnaryKind::SELU_GAMMA as f64, 1.05070102214813232421875);
     }
 
     #[test]

@@ -84,24 +84,26 @@ impl Op for Variadic {
             same_dtype(i, dt, t.dtype())?;
         }
         let shape = broadcast_all(ts.iter().map(|t| t.shape()))?;
+        // Allocate the output first: it checks the size before the offset tables are built.
+        let mut out = Tensor::zeros(dt, &shape)?;
         let offsets: Vec<Vec<usize>> = ts
             .iter()
             .map(|t| broadcast_offsets(t.shape(), &shape))
             .collect();
-        let mut out = Tensor::zeros(dt, &shape)?;
         let kind = self.kind;
         dispatch_all!(dt, T => {
             let slices: Vec<&[T]> = ts.iter().map(|t| t.as_slice::<T>()).collect::<crate::Result<_>>()?;
             let o = out.as_mut_slice::<T>()?;
             for (i, o) in o.iter_mut().enumerate() {
-                let mut vals = slices.iter().zip(&offsets).map(|(s, off)| s[off[i]]);
+                let first = slices[0][offsets[0][i]];
+                let rest = slices.iter().zip(&offsets).skip(1).map(|(s, off)| s[off[i]]);
                 *o = match kind {
-                    VariadicKind::Max => vals.fold(slices[0][offsets[0][i]], nan_max),
-                    VariadicKind::Min => vals.fold(slices[0][offsets[0][i]], nan_min),
-                    VariadicKind::Sum => T::from_f64(vals.by_ref().map(|v| v.to_f64()).sum()),
-                    VariadicKind::Mean => {
-                        T::from_f64(vals.map(|v| v.to_f64()).sum::<f64>() / ts.len() as f64)
-                    }
+                    VariadicKind::Max => rest.fold(first, nan_max),
+                    VariadicKind::Min => rest.fold(first, nan_min),
+                    VariadicKind::Sum => T::from_f64(rest.fold(first.to_f64(), |acc, v| acc + v.to_f64())),
+                    VariadicKind::Mean => T::from_f64(
+                        rest.fold(first.to_f64(), |acc, v| acc + v.to_f64()) / ts.len() as f64,
+                    ),
                 };
             }
         });

@@ -37,11 +37,12 @@ impl Op for Where {
         let dt = x.dtype();
         same_dtype(2, dt, y.dtype())?;
         let shape = broadcast_all([c.shape(), x.shape(), y.shape()])?;
+        // Allocate the output first: it checks the size before the offset tables are built.
+        let mut out = Tensor::zeros(dt, &shape)?;
         let co = broadcast_offsets(c.shape(), &shape);
         let xo = broadcast_offsets(x.shape(), &shape);
         let yo = broadcast_offsets(y.shape(), &shape);
         let cv = c.as_slice::<u8>()?;
-        let mut out = Tensor::zeros(dt, &shape)?;
         dispatch_all!(dt, T => {
             let xv = x.as_slice::<T>()?;
             let yv = y.as_slice::<T>()?;
