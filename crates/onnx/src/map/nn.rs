@@ -3,6 +3,9 @@
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::nn::geometry::AutoPad;
+use ferrolite_core::ops::nn::norm::{
+    BatchNorm, GroupNorm, InstanceNorm, LayerNorm, LpNorm, Lrn, MeanVarianceNorm,
+};
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::ops::nn::reduce::{ArgReduce, Reduce, ReduceKind};
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
@@ -29,6 +32,13 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("ReduceSumSquare", reduce_sum_square),
     ("ArgMax", arg_max),
     ("ArgMin", arg_min),
+    ("BatchNormalization", batch_norm),
+    ("InstanceNormalization", instance_norm),
+    ("LayerNormalization", layer_norm),
+    ("GroupNormalization", group_norm),
+    ("LpNormalization", lp_norm),
+    ("MeanVarianceNormalization", mvn),
+    ("LRN", lrn),
 ];
 
 fn auto_pad(n: &NodeCtx) -> Result<AutoPad, MapError> {
@@ -196,4 +206,73 @@ fn arg_max(n: &NodeCtx) -> MapResult {
 
 fn arg_min(n: &NodeCtx) -> MapResult {
     arg(n, false)
+}
+
+fn batch_norm(n: &NodeCtx) -> MapResult {
+    if n.int("training_mode", 0)? != 0 || n.n_outputs() > 1 {
+        return Err(n.unsupported("BatchNormalization in training mode (extra outputs)"));
+    }
+    // Before opset 9, spatial=0 meant per-element statistics.
+    if n.opset < 9 && n.int("spatial", 1)? == 0 {
+        return Err(n.unsupported("BatchNormalization with spatial=0"));
+    }
+    op(BatchNorm {
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+    })
+}
+
+fn instance_norm(n: &NodeCtx) -> MapResult {
+    op(InstanceNorm {
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+    })
+}
+
+fn layer_norm(n: &NodeCtx) -> MapResult {
+    op(LayerNorm {
+        axis: n.int("axis", -1)?,
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+        stash_type: n.int("stash_type", 1)?,
+        num_outputs: n.n_outputs().max(1),
+    })
+}
+
+fn group_norm(n: &NodeCtx) -> MapResult {
+    let num_groups = n
+        .int_opt("num_groups")?
+        .ok_or_else(|| MapError::Invalid("num_groups is required".into()))?;
+    op(GroupNorm {
+        num_groups,
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+        // Opset 18 scaled per group; 21 per channel.
+        per_group_affine: n.opset < 21,
+    })
+}
+
+fn lp_norm(n: &NodeCtx) -> MapResult {
+    let p = n.int("p", 2)?;
+    if !matches!(p, 1 | 2) {
+        return Err(n.unsupported(format!("LpNormalization with p={p}")));
+    }
+    op(LpNorm {
+        axis: n.int("axis", -1)?,
+        p,
+    })
+}
+
+fn mvn(n: &NodeCtx) -> MapResult {
+    op(MeanVarianceNorm {
+        axes: n.ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]),
+    })
+}
+
+fn lrn(n: &NodeCtx) -> MapResult {
+    let size = n
+        .int_opt("size")?
+        .ok_or_else(|| MapError::Invalid("size is required".into()))?;
+    op(Lrn {
+        size,
+        alpha: n.float("alpha", 1e-4)? as f64,
+        beta: n.float("beta", 0.75)? as f64,
+        bias: n.float("bias", 1.0)? as f64,
+    })
 }

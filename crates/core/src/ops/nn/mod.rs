@@ -65,7 +65,7 @@ pub(crate) mod testutil {
             "got {got:?}, expected {expected:?}"
         );
         for (i, (g, e)) in got.iter().zip(expected).enumerate() {
-            let ok = (g - e).abs() <= tol * (1.0 + e.abs()) || (g.is_nan() && e.is_nan());
+            let ok = g == e || (g - e).abs() <= tol * (1.0 + e.abs()) || (g.is_nan() && e.is_nan());
             assert!(ok, "element {i}: got {g}, expected {e} (all: {got:?})");
         }
     }
