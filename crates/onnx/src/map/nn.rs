@@ -2,6 +2,7 @@
 //! cumulative sums and resizing.
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
+use ferrolite_core::ops::nn::cumsum::CumSum;
 use ferrolite_core::ops::nn::geometry::AutoPad;
 use ferrolite_core::ops::nn::norm::{
     BatchNorm, GroupNorm, InstanceNorm, LayerNorm, LpNorm, Lrn, MeanVarianceNorm,
@@ -9,6 +10,7 @@ use ferrolite_core::ops::nn::norm::{
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::ops::nn::reduce::{ArgReduce, Reduce, ReduceKind};
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
+use ferrolite_core::ops::nn::topk::TopK;
 
 pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("MaxPool", max_pool),
@@ -39,6 +41,8 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("LpNormalization", lp_norm),
     ("MeanVarianceNormalization", mvn),
     ("LRN", lrn),
+    ("TopK", topk),
+    ("CumSum", cumsum),
 ];
 
 fn auto_pad(n: &NodeCtx) -> Result<AutoPad, MapError> {
@@ -274,5 +278,30 @@ fn lrn(n: &NodeCtx) -> MapResult {
         alpha: n.float("alpha", 1e-4)? as f64,
         beta: n.float("beta", 0.75)? as f64,
         bias: n.float("bias", 1.0)? as f64,
+    })
+}
+
+fn topk(n: &NodeCtx) -> MapResult {
+    // Opset 1 had k as an attribute; from 10 it is an input.
+    let k = if n.opset < 10 {
+        Some(
+            n.int_opt("k")?
+                .ok_or_else(|| MapError::Invalid("k is required".into()))?,
+        )
+    } else {
+        None
+    };
+    op(TopK {
+        axis: n.int("axis", -1)?,
+        largest: n.int("largest", 1)? != 0,
+        sorted: n.int("sorted", 1)? != 0,
+        k,
+    })
+}
+
+fn cumsum(n: &NodeCtx) -> MapResult {
+    op(CumSum {
+        exclusive: n.int("exclusive", 0)? != 0,
+        reverse: n.int("reverse", 0)? != 0,
     })
 }
