@@ -6,9 +6,7 @@
 use super::conv_geometry::{for_each_index, ConvGeometry, ConvParams};
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
-use crate::{
-    op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo,
-};
+use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// Resolved shapes of a convolution: geometry plus channel counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,10 +112,7 @@ pub fn conv_reference(
                             pos[d] = p.max(0) as usize;
                         }
                         if inside {
-                            let mut off = 0;
-                            for d in 0..rank {
-                                off = off * g.input[d] + pos[d];
-                            }
+                            let off = pos.iter().zip(&g.input).fold(0, |o, (&p, &n)| o * n + p);
                             acc += x[x_base + off] * w[w_base + ki];
                         }
                         ki += 1;
@@ -174,7 +169,11 @@ impl Op for Conv {
         );
         let s = self.shapes(ctx.shape(0)?, ctx.shape(1)?)?;
         if ctx.has(2) {
-            op_ensure!(ctx.dtype(2)? == dt, "input 2 (B) is {}, expected {dt}", ctx.dtype(2)?);
+            op_ensure!(
+                ctx.dtype(2)? == dt,
+                "input 2 (B) is {}, expected {dt}",
+                ctx.dtype(2)?
+            );
             s.check_per_channel(Some(ctx.shape(2)?), "input 2 (B)")?;
         }
         Ok(vec![TensorInfo::new(dt, s.output_shape())])
@@ -272,7 +271,10 @@ impl Op for ConvInteger {
         }
         if ctx.has(2) {
             let n: usize = ctx.shape(2)?.iter().product();
-            op_ensure!(n == 1, "input 2 (x_zero_point) must have one element, got {n}");
+            op_ensure!(
+                n == 1,
+                "input 2 (x_zero_point) must have one element, got {n}"
+            );
         }
         if ctx.has(3) {
             s.check_per_channel(Some(ctx.shape(3)?), "input 3 (w_zero_point)")?;
@@ -284,7 +286,11 @@ impl Op for ConvInteger {
         let x = required(inputs, 0)?;
         let w = required(inputs, 1)?;
         let s = ConvShapes::new(&self.params, self.group, x.shape(), w.shape())?;
-        let xz = zero_points(inputs.get(2).copied().flatten(), 1, "input 2 (x_zero_point)")?;
+        let xz = zero_points(
+            inputs.get(2).copied().flatten(),
+            1,
+            "input 2 (x_zero_point)",
+        )?;
         let wz = zero_points(
             inputs.get(3).copied().flatten(),
             s.out_channels,

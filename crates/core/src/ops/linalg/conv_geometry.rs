@@ -58,7 +58,12 @@ pub struct ConvGeometry {
     pub output: Vec<usize>,
 }
 
-fn list_or(v: &Option<Vec<usize>>, rank: usize, default: usize, what: &str) -> OpResult<Vec<usize>> {
+fn list_or(
+    v: &Option<Vec<usize>>,
+    rank: usize,
+    default: usize,
+    what: &str,
+) -> OpResult<Vec<usize>> {
     match v {
         None => Ok(vec![default; rank]),
         Some(v) => {

@@ -123,7 +123,11 @@ impl ConvTranspose {
                 .checked_mul(to_i64(input[i])? - 1)
                 .and_then(|v| v.checked_add(to_i64(out_pad[i]).ok()?))
                 .and_then(|v| {
-                    v.checked_add(to_i64(dilations[i]).ok()?.checked_mul(to_i64(kernel[i]).ok()? - 1)?)
+                    v.checked_add(
+                        to_i64(dilations[i])
+                            .ok()?
+                            .checked_mul(to_i64(kernel[i]).ok()? - 1)?,
+                    )
                 })
                 .and_then(|v| v.checked_add(1))
                 .ok_or_else(|| crate::OpError("output size overflows".into()))?;
@@ -140,7 +144,10 @@ impl ConvTranspose {
                 None => {
                     let out = natural - to_i64(pb[i])? - to_i64(pe[i])?;
                     if out < 0 {
-                        op_bail!("spatial dimension {i}: pads {:?} leave no output", self.params.pads);
+                        op_bail!(
+                            "spatial dimension {i}: pads {:?} leave no output",
+                            self.params.pads
+                        );
                     }
                     pad_begin[i] = to_i64(pb[i])?;
                     output[i] = out as usize;
@@ -195,10 +202,7 @@ pub fn conv_transpose_reference(
                         }
                     }
                     if inside {
-                        let mut off = 0;
-                        for d in 0..rank {
-                            off = off * s.input[d] + pos[d];
-                        }
+                        let off = pos.iter().zip(&s.input).fold(0, |o, (&p, &n)| o * n + p);
                         for c in 0..cg {
                             let ci = grp * cg + c;
                             acc += x[(n * s.in_channels + ci) * in_size + off]
@@ -345,21 +349,36 @@ mod tests {
         p.params.pads = Some(vec![1, 2, 1, 2]);
         let y = run(&p, &x, &w);
         assert_eq!(y.shape(), &[1, 2, 7, 3]);
-        assert_eq!(&y.as_slice::<f32>().unwrap()[..6], &[1., 1., 3., 1., 1., 3.]);
+        assert_eq!(
+            &y.as_slice::<f32>().unwrap()[..6],
+            &[1., 1., 3., 1., 1., 3.]
+        );
         // ONNX test_convtranspose_output_shape: natural 9x7, requested 10x8: total padding -1,
         // so the extra row/column goes at the end.
         let mut o = ConvTranspose::default();
         o.params.strides = Some(vec![3, 2]);
         o.output_shape = Some(vec![10, 8]);
         let s = o.shapes(&[1, 1, 3, 3], &[1, 2, 3, 3]).unwrap();
-        assert_eq!((s.output.clone(), s.pad_begin.clone()), (vec![10, 8], vec![0, 0]));
+        assert_eq!(
+            (s.output.clone(), s.pad_begin.clone()),
+            (vec![10, 8], vec![0, 0])
+        );
         let y = run(&o, &x, &w);
-        assert_eq!(&y.as_slice::<f32>().unwrap()[..8], &[0., 0., 1., 1., 3., 2., 2., 0.]);
+        assert_eq!(
+            &y.as_slice::<f32>().unwrap()[..8],
+            &[0., 0., 1., 1., 3., 2., 2., 0.]
+        );
         // Requested 8x6: total padding 1; NOTSET puts it at the beginning, SAME_UPPER at the end.
         o.output_shape = Some(vec![1, 2, 8, 6]);
-        assert_eq!(o.shapes(&[1, 1, 3, 3], &[1, 2, 3, 3]).unwrap().pad_begin, vec![1, 1]);
+        assert_eq!(
+            o.shapes(&[1, 1, 3, 3], &[1, 2, 3, 3]).unwrap().pad_begin,
+            vec![1, 1]
+        );
         o.params.auto_pad = AutoPad::SameUpper;
-        assert_eq!(o.shapes(&[1, 1, 3, 3], &[1, 2, 3, 3]).unwrap().pad_begin, vec![0, 0]);
+        assert_eq!(
+            o.shapes(&[1, 1, 3, 3], &[1, 2, 3, 3]).unwrap().pad_begin,
+            vec![0, 0]
+        );
     }
 
     #[test]
@@ -385,6 +404,8 @@ mod tests {
         };
         let y = g.eval(&[Some(&x), Some(&w), Some(&b)]).unwrap();
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[2.5, 4.5, 29.5, 59.5]);
-        assert!(g.eval(&[Some(&x), Some(&w), Some(&t(&[3], vec![0.; 3]))]).is_err());
+        assert!(g
+            .eval(&[Some(&x), Some(&w), Some(&t(&[3], vec![0.; 3]))])
+            .is_err());
     }
 }

@@ -9,22 +9,6 @@ pub mod matmul;
 
 use crate::{DType, OpResult, Tensor};
 
-/// A zero-filled tensor whose elements are then set from f64 by `fill(i) -> value`, in order.
-/// Allocating through [`Tensor::zeros`] first keeps hostile shapes from over-allocating.
-pub(crate) fn tensor_from_fn(
-    dtype: DType,
-    shape: &[usize],
-    mut fill: impl FnMut(usize) -> f64,
-) -> OpResult<Tensor> {
-    let mut out = Tensor::zeros(dtype, shape)?;
-    crate::dispatch_all!(dtype, T => {
-        for (i, o) in out.as_mut_slice::<T>()?.iter_mut().enumerate() {
-            *o = <T as crate::Elem>::from_f64(fill(i));
-        }
-    });
-    Ok(out)
-}
-
 /// A tensor whose elements, in row-major order, are the values `produce` pushes into its sink
 /// (converted from f64). Elements not pushed stay zero.
 pub(crate) fn tensor_from_sink(
@@ -38,6 +22,24 @@ pub(crate) fn tensor_from_sink(
         produce(&mut |v| {
             if let Some(o) = it.next() {
                 *o = <T as crate::Elem>::from_f64(v);
+            }
+        });
+    });
+    Ok(out)
+}
+
+/// Like [`tensor_from_sink`] for integer results, which must not pass through f64.
+pub(crate) fn tensor_from_sink_i64(
+    dtype: DType,
+    shape: &[usize],
+    produce: impl FnOnce(&mut dyn FnMut(i64)),
+) -> OpResult<Tensor> {
+    let mut out = Tensor::zeros(dtype, shape)?;
+    crate::dispatch_all!(dtype, T => {
+        let mut it = out.as_mut_slice::<T>()?.iter_mut();
+        produce(&mut |v| {
+            if let Some(o) = it.next() {
+                *o = <T as crate::Elem>::from_i64(v);
             }
         });
     });
