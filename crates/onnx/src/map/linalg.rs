@@ -36,8 +36,8 @@ fn sizes(n: &NodeCtx, name: &str) -> Result<Option<Vec<usize>>, MapError> {
 
 fn conv_params(n: &NodeCtx) -> Result<ConvParams, MapError> {
     let ap = n.string("auto_pad", "NOTSET")?;
-    let auto_pad = AutoPad::parse(&ap)
-        .ok_or_else(|| MapError::Invalid(format!("unknown auto_pad '{ap}'")))?;
+    let auto_pad =
+        AutoPad::parse(&ap).ok_or_else(|| MapError::Invalid(format!("unknown auto_pad '{ap}'")))?;
     Ok(ConvParams {
         kernel_shape: sizes(n, "kernel_shape")?,
         strides: sizes(n, "strides")?,
