@@ -107,7 +107,7 @@ fn einsum(n: &NodeCtx) -> MapResult {
 mod tests {
     use super::super::{lookup, NodeCtx};
     use crate::proto::{ModelProto, TensorProto};
-    use ferrolite_core::{Op, Tensor};
+    use ferrolite_core::Tensor;
     use prost::Message;
     use std::path::Path;
 
