@@ -1,6 +1,307 @@
-//! Mapping functions for this op family.
+//! Mapping functions for the nn family: pooling, normalization, softmax, reductions, top-k,
+//! cumulative sums and resizing.
 
-#[allow(unused_imports)]
-use super::{op, MapFn, MapResult, NodeCtx};
+use super::{op, MapError, MapFn, MapResult, NodeCtx};
+use ferrolite_core::ops::nn::cumsum::CumSum;
+use ferrolite_core::ops::nn::geometry::AutoPad;
+use ferrolite_core::ops::nn::norm::{
+    BatchNorm, GroupNorm, InstanceNorm, LayerNorm, LpNorm, Lrn, MeanVarianceNorm,
+};
+use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
+use ferrolite_core::ops::nn::reduce::{ArgReduce, Reduce, ReduceKind};
+use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
+use ferrolite_core::ops::nn::topk::TopK;
 
-pub(super) const ENTRIES: &[(&str, MapFn)] = &[];
+pub(super) const ENTRIES: &[(&str, MapFn)] = &[
+    ("MaxPool", max_pool),
+    ("AveragePool", average_pool),
+    ("LpPool", lp_pool),
+    ("GlobalMaxPool", global_max_pool),
+    ("GlobalAveragePool", global_average_pool),
+    ("GlobalLpPool", global_lp_pool),
+    ("Softmax", softmax),
+    ("LogSoftmax", log_softmax),
+    ("Hardmax", hardmax),
+    ("ReduceSum", reduce_sum),
+    ("ReduceMean", reduce_mean),
+    ("ReduceMax", reduce_max),
+    ("ReduceMin", reduce_min),
+    ("ReduceProd", reduce_prod),
+    ("ReduceL1", reduce_l1),
+    ("ReduceL2", reduce_l2),
+    ("ReduceLogSum", reduce_log_sum),
+    ("ReduceLogSumExp", reduce_log_sum_exp),
+    ("ReduceSumSquare", reduce_sum_square),
+    ("ArgMax", arg_max),
+    ("ArgMin", arg_min),
+    ("BatchNormalization", batch_norm),
+    ("InstanceNormalization", instance_norm),
+    ("LayerNormalization", layer_norm),
+    ("GroupNormalization", group_norm),
+    ("LpNormalization", lp_norm),
+    ("MeanVarianceNormalization", mvn),
+    ("LRN", lrn),
+    ("TopK", topk),
+    ("CumSum", cumsum),
+];
+
+fn auto_pad(n: &NodeCtx) -> Result<AutoPad, MapError> {
+    let s = n.string("auto_pad", "NOTSET")?;
+    AutoPad::parse(&s).ok_or_else(|| MapError::Invalid(format!("unknown auto_pad '{s}'")))
+}
+
+fn pool(n: &NodeCtx, kind: PoolKind) -> Result<Pool, MapError> {
+    let kernel_shape = n
+        .ints("kernel_shape")?
+        .ok_or_else(|| MapError::Invalid("kernel_shape is required".into()))?;
+    Ok(Pool {
+        kind,
+        kernel_shape,
+        strides: n.ints("strides")?.unwrap_or_default(),
+        pads: n.ints("pads")?.unwrap_or_default(),
+        dilations: n.ints("dilations")?.unwrap_or_default(),
+        auto_pad: auto_pad(n)?,
+        ceil_mode: n.int("ceil_mode", 0)? != 0,
+        count_include_pad: n.int("count_include_pad", 0)? != 0,
+        storage_order: n.int("storage_order", 0)?,
+        // LpPool's p was a float attribute before opset 11.
+        p: match n.int_opt("p") {
+            Ok(Some(p)) => p as f64,
+            Ok(None) => 2.0,
+            Err(_) => n.float("p", 2.0)? as f64,
+        },
+        with_indices: false,
+    })
+}
+
+fn max_pool(n: &NodeCtx) -> MapResult {
+    let mut p = pool(n, PoolKind::Max)?;
+    if !matches!(p.storage_order, 0 | 1) {
+        return Err(MapError::Invalid(format!(
+            "storage_order must be 0 or 1, got {}",
+            p.storage_order
+        )));
+    }
+    p.with_indices = n.n_outputs() > 1;
+    op(p)
+}
+
+fn average_pool(n: &NodeCtx) -> MapResult {
+    op(pool(n, PoolKind::Average)?)
+}
+
+fn lp_pool(n: &NodeCtx) -> MapResult {
+    op(pool(n, PoolKind::Lp)?)
+}
+
+fn global(n: &NodeCtx, kind: PoolKind) -> MapResult {
+    let p = match n.int_opt("p") {
+        Ok(Some(p)) => p as f64,
+        Ok(None) => 2.0,
+        Err(_) => n.float("p", 2.0)? as f64,
+    };
+    op(GlobalPool { kind, p })
+}
+
+fn global_max_pool(n: &NodeCtx) -> MapResult {
+    global(n, PoolKind::Max)
+}
+
+fn global_average_pool(n: &NodeCtx) -> MapResult {
+    global(n, PoolKind::Average)
+}
+
+fn global_lp_pool(n: &NodeCtx) -> MapResult {
+    global(n, PoolKind::Lp)
+}
+
+fn softmax_like(n: &NodeCtx, kind: SoftmaxKind) -> MapResult {
+    // Opset 13 changed the semantics from "coerce to 2-D at axis" (default 1) to "along axis"
+    // (default -1).
+    let legacy_2d = n.opset < 13;
+    let axis = n.int("axis", if legacy_2d { 1 } else { -1 })?;
+    op(Softmax {
+        kind,
+        axis,
+        legacy_2d,
+    })
+}
+
+fn softmax(n: &NodeCtx) -> MapResult {
+    softmax_like(n, SoftmaxKind::Softmax)
+}
+
+fn log_softmax(n: &NodeCtx) -> MapResult {
+    softmax_like(n, SoftmaxKind::LogSoftmax)
+}
+
+fn hardmax(n: &NodeCtx) -> MapResult {
+    softmax_like(n, SoftmaxKind::Hardmax)
+}
+
+fn reduce(n: &NodeCtx, kind: ReduceKind) -> MapResult {
+    // Axes moved from an attribute to an input at opset 13 for ReduceSum and 18 for the rest.
+    let input_from = if kind == ReduceKind::Sum { 13 } else { 18 };
+    let axes = if n.opset < input_from {
+        n.ints("axes")?
+    } else {
+        None
+    };
+    op(Reduce {
+        kind,
+        axes,
+        keepdims: n.int("keepdims", 1)? != 0,
+        noop_with_empty_axes: n.int("noop_with_empty_axes", 0)? != 0,
+    })
+}
+
+fn reduce_sum(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::Sum)
+}
+
+fn reduce_mean(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::Mean)
+}
+
+fn reduce_max(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::Max)
+}
+
+fn reduce_min(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::Min)
+}
+
+fn reduce_prod(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::Prod)
+}
+
+fn reduce_l1(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::L1)
+}
+
+fn reduce_l2(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::L2)
+}
+
+fn reduce_log_sum(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::LogSum)
+}
+
+fn reduce_log_sum_exp(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::LogSumExp)
+}
+
+fn reduce_sum_square(n: &NodeCtx) -> MapResult {
+    reduce(n, ReduceKind::SumSquare)
+}
+
+fn arg(n: &NodeCtx, max: bool) -> MapResult {
+    op(ArgReduce {
+        max,
+        axis: n.int("axis", 0)?,
+        keepdims: n.int("keepdims", 1)? != 0,
+        select_last_index: n.int("select_last_index", 0)? != 0,
+    })
+}
+
+fn arg_max(n: &NodeCtx) -> MapResult {
+    arg(n, true)
+}
+
+fn arg_min(n: &NodeCtx) -> MapResult {
+    arg(n, false)
+}
+
+fn batch_norm(n: &NodeCtx) -> MapResult {
+    if n.int("training_mode", 0)? != 0 || n.n_outputs() > 1 {
+        return Err(n.unsupported("BatchNormalization in training mode (extra outputs)"));
+    }
+    // Before opset 9, spatial=0 meant per-element statistics.
+    if n.opset < 9 && n.int("spatial", 1)? == 0 {
+        return Err(n.unsupported("BatchNormalization with spatial=0"));
+    }
+    op(BatchNorm {
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+    })
+}
+
+fn instance_norm(n: &NodeCtx) -> MapResult {
+    op(InstanceNorm {
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+    })
+}
+
+fn layer_norm(n: &NodeCtx) -> MapResult {
+    op(LayerNorm {
+        axis: n.int("axis", -1)?,
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+        stash_type: n.int("stash_type", 1)?,
+        num_outputs: n.n_outputs().max(1),
+    })
+}
+
+fn group_norm(n: &NodeCtx) -> MapResult {
+    let num_groups = n
+        .int_opt("num_groups")?
+        .ok_or_else(|| MapError::Invalid("num_groups is required".into()))?;
+    op(GroupNorm {
+        num_groups,
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+        // Opset 18 scaled per group; 21 per channel.
+        per_group_affine: n.opset < 21,
+    })
+}
+
+fn lp_norm(n: &NodeCtx) -> MapResult {
+    let p = n.int("p", 2)?;
+    if !matches!(p, 1 | 2) {
+        return Err(n.unsupported(format!("LpNormalization with p={p}")));
+    }
+    op(LpNorm {
+        axis: n.int("axis", -1)?,
+        p,
+    })
+}
+
+fn mvn(n: &NodeCtx) -> MapResult {
+    op(MeanVarianceNorm {
+        axes: n.ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]),
+    })
+}
+
+fn lrn(n: &NodeCtx) -> MapResult {
+    let size = n
+        .int_opt("size")?
+        .ok_or_else(|| MapError::Invalid("size is required".into()))?;
+    op(Lrn {
+        size,
+        alpha: n.float("alpha", 1e-4)? as f64,
+        beta: n.float("beta", 0.75)? as f64,
+        bias: n.float("bias", 1.0)? as f64,
+    })
+}
+
+fn topk(n: &NodeCtx) -> MapResult {
+    // Opset 1 had k as an attribute; from 10 it is an input.
+    let k = if n.opset < 10 {
+        Some(
+            n.int_opt("k")?
+                .ok_or_else(|| MapError::Invalid("k is required".into()))?,
+        )
+    } else {
+        None
+    };
+    op(TopK {
+        axis: n.int("axis", -1)?,
+        largest: n.int("largest", 1)? != 0,
+        sorted: n.int("sorted", 1)? != 0,
+        k,
+    })
+}
+
+fn cumsum(n: &NodeCtx) -> MapResult {
+    op(CumSum {
+        exclusive: n.int("exclusive", 0)? != 0,
+        reverse: n.int("reverse", 0)? != 0,
+    })
+}

@@ -1,0 +1,371 @@
+//! Every optimised kernel against the core reference over many shapes.
+
+use crate::CpuKernels;
+use ferrolite_core::ops::linalg::conv::Conv;
+use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
+use ferrolite_core::ops::linalg::gemm::Gemm;
+use ferrolite_core::ops::linalg::matmul::MatMul;
+use ferrolite_core::plan::{KernelProvider, KernelRequest};
+use ferrolite_core::{DType, InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
+use std::sync::Arc;
+
+/// A seeded linear congruential generator: values in [-1, 1).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn tensor(&mut self, shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        Tensor::from_vec(shape, (0..n).map(|_| self.next()).collect()).unwrap()
+    }
+}
+
+/// Runs `op` through the CPU provider (constants where `constant[i]`) and the reference;
+/// returns the kernel name. Panics when no kernel is offered or the results differ.
+fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
+    let infer_inputs: Vec<Option<InferInput>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.as_ref().map(|t| InferInput {
+                dtype: t.dtype(),
+                shape: t.shape(),
+                value: constant.get(i).copied().unwrap_or(false).then_some(t),
+            })
+        })
+        .collect();
+    let outputs: Vec<TensorInfo> = op
+        .infer(&InferCtx {
+            inputs: &infer_inputs,
+        })
+        .unwrap();
+    let node = Node {
+        name: "n".into(),
+        op: op.clone(),
+        inputs: (0..inputs.len()).map(|i| Some(ValueId(i))).collect(),
+        outputs: vec![ValueId(inputs.len())],
+    };
+    let req = KernelRequest {
+        node: &node,
+        inputs: &infer_inputs,
+        outputs: &outputs,
+    };
+    let kernel = CpuKernels::default()
+        .kernel(&req)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no kernel for {op:?}"));
+    let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
+    let expected = op.eval(&refs).unwrap().remove(0);
+    // Stale NaNs in the output buffer must not leak into the result.
+    let mut outs = vec![Tensor::full(DType::F32, &outputs[0].shape, f64::NAN).unwrap()];
+    kernel.run(&refs, &mut outs).unwrap();
+    assert_eq!(outs[0].shape(), expected.shape(), "{op:?}");
+    let (got, want) = (
+        outs[0].as_slice::<f32>().unwrap(),
+        expected.as_slice::<f32>().unwrap(),
+    );
+    let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * scale,
+            "{op:?} {:?}: element {i}: got {g}, want {w}",
+            inputs
+                .iter()
+                .map(|t| t.as_ref().map(|t| t.shape().to_vec()))
+                .collect::<Vec<_>>()
+        );
+    }
+    kernel.name().to_string()
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+}
+
+struct ConvCase {
+    x: &'static [usize],
+    w: &'static [usize],
+    group: usize,
+    strides: Option<&'static [usize]>,
+    dilations: Option<&'static [usize]>,
+    pads: Option<&'static [usize]>,
+    auto_pad: AutoPad,
+    bias: bool,
+}
+
+const fn cc(x: &'static [usize], w: &'static [usize]) -> ConvCase {
+    ConvCase {
+        x,
+        w,
+        group: 1,
+        strides: None,
+        dilations: None,
+        pads: None,
+        auto_pad: AutoPad::NotSet,
+        bias: false,
+    }
+}
+
+fn conv_cases() -> Vec<ConvCase> {
+    vec![
+        // 1-D.
+        cc(&[1, 1, 1], &[1, 1, 1]),
+        ConvCase {
+            strides: Some(&[2]),
+            pads: Some(&[1, 2]),
+            bias: true,
+            ..cc(&[2, 3, 17], &[4, 3, 3])
+        },
+        ConvCase {
+            dilations: Some(&[3]),
+            ..cc(&[1, 2, 13], &[5, 2, 3])
+        },
+        ConvCase {
+            group: 3,
+            auto_pad: AutoPad::SameUpper,
+            strides: Some(&[2]),
+            ..cc(&[2, 6, 9], &[3, 2, 4])
+        },
+        // 2-D.
+        cc(&[1, 1, 5, 5], &[1, 1, 3, 3]),
+        ConvCase {
+            group: 2,
+            strides: Some(&[2, 1]),
+            dilations: Some(&[1, 2]),
+            pads: Some(&[0, 1, 2, 1]),
+            bias: true,
+            ..cc(&[2, 4, 7, 9], &[6, 2, 3, 2])
+        },
+        ConvCase {
+            group: 8,
+            pads: Some(&[1, 1, 1, 1]),
+            bias: true,
+            ..cc(&[1, 8, 10, 11], &[8, 1, 3, 3])
+        },
+        ConvCase {
+            group: 4,
+            strides: Some(&[2, 2]),
+            pads: Some(&[1, 0, 0, 1]),
+            ..cc(&[3, 4, 9, 8], &[8, 1, 3, 3])
+        },
+        ConvCase {
+            bias: true,
+            ..cc(&[2, 16, 9, 13], &[12, 16, 1, 1])
+        },
+        ConvCase {
+            group: 3,
+            ..cc(&[1, 6, 5, 5], &[9, 2, 1, 1])
+        },
+        ConvCase {
+            strides: Some(&[2, 2]),
+            ..cc(&[1, 3, 7, 7], &[4, 3, 1, 1])
+        },
+        ConvCase {
+            pads: Some(&[1, 1, 0, 0]),
+            ..cc(&[1, 3, 4, 4], &[2, 3, 1, 1])
+        },
+        ConvCase {
+            strides: Some(&[3, 2]),
+            auto_pad: AutoPad::SameUpper,
+            ..cc(&[1, 3, 8, 7], &[5, 3, 4, 3])
+        },
+        ConvCase {
+            strides: Some(&[2, 3]),
+            auto_pad: AutoPad::SameLower,
+            ..cc(&[2, 3, 8, 7], &[5, 3, 4, 3])
+        },
+        ConvCase {
+            auto_pad: AutoPad::Valid,
+            pads: Some(&[9, 9, 9, 9]),
+            ..cc(&[1, 2, 6, 5], &[3, 2, 2, 2])
+        },
+        // Many output columns: column-blocked, in parallel (N=1) and per task (N=4).
+        ConvCase {
+            pads: Some(&[1, 1, 1, 1]),
+            bias: true,
+            ..cc(&[1, 3, 64, 70], &[4, 3, 3, 3])
+        },
+        ConvCase {
+            pads: Some(&[1, 1, 1, 1]),
+            ..cc(&[4, 3, 40, 41], &[4, 3, 3, 3])
+        },
+        // Deep kernel: small column blocks.
+        ConvCase {
+            pads: Some(&[2, 2, 2, 2]),
+            ..cc(&[1, 64, 20, 20], &[8, 64, 5, 5])
+        },
+        ConvCase {
+            bias: true,
+            ..cc(&[1, 32, 60, 60], &[7, 32, 1, 1])
+        },
+        // 3-D.
+        ConvCase {
+            strides: Some(&[2, 1, 2]),
+            dilations: Some(&[1, 2, 1]),
+            pads: Some(&[1, 0, 1, 1, 1, 0]),
+            bias: true,
+            ..cc(&[1, 2, 5, 6, 7], &[3, 2, 3, 2, 3])
+        },
+        ConvCase {
+            group: 2,
+            ..cc(&[2, 4, 3, 4, 5], &[4, 2, 1, 2, 2])
+        },
+        ConvCase {
+            ..cc(&[1, 5, 2, 3, 4], &[3, 5, 1, 1, 1])
+        },
+    ]
+}
+
+fn conv_op(c: &ConvCase) -> Arc<dyn Op> {
+    Arc::new(Conv {
+        params: ConvParams {
+            kernel_shape: None,
+            strides: c.strides.map(|v| v.to_vec()),
+            dilations: c.dilations.map(|v| v.to_vec()),
+            pads: c.pads.map(|v| v.to_vec()),
+            auto_pad: c.auto_pad,
+        },
+        group: c.group,
+    })
+}
+
+#[test]
+fn conv_matches_reference() {
+    let mut rng = Lcg(42);
+    let mut names = Vec::new();
+    for threads in [1, 3] {
+        pool(threads).install(|| {
+            for c in conv_cases() {
+                let m = c.w[0];
+                let ins = vec![
+                    Some(rng.tensor(c.x)),
+                    Some(rng.tensor(c.w)),
+                    c.bias.then(|| rng.tensor(&[m])),
+                ];
+                // Constant (prepacked) weights and weights read at run time.
+                names.push(check(conv_op(&c), &ins, &[false, true, true]));
+                check(conv_op(&c), &ins, &[false, false, false]);
+            }
+        });
+    }
+    assert!(names.iter().any(|n| n == "cpu.conv.pointwise"));
+    assert!(names.iter().any(|n| n == "cpu.conv.im2col"));
+}
+
+#[test]
+fn matmul_matches_reference() {
+    let mut rng = Lcg(7);
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[1, 1], &[1, 1]),
+        (&[3, 5], &[5, 7]),
+        (&[5], &[5, 3]),
+        (&[4, 5], &[5]),
+        (&[5], &[5]),
+        (&[2, 3, 4], &[4, 5]),
+        (&[2, 1, 3, 4], &[5, 4, 6]),
+        (&[1, 100, 33], &[33, 17]),
+        (&[7], &[3, 7, 2]),
+        (&[3, 0], &[0, 4]),
+        (&[130, 65], &[65, 31]),
+        (&[4, 1, 9, 3], &[1, 2, 3, 9]),
+    ];
+    for threads in [1, 4] {
+        pool(threads).install(|| {
+            for (a, b) in cases {
+                let ins = vec![Some(rng.tensor(a)), Some(rng.tensor(b))];
+                check(Arc::new(MatMul), &ins, &[false, true]);
+                check(Arc::new(MatMul), &ins, &[false, false]);
+            }
+        });
+    }
+}
+
+#[test]
+fn gemm_matches_reference() {
+    let mut rng = Lcg(99);
+    let (m, k, n) = (37, 19, 23);
+    let c_shapes: &[Option<&[usize]>] = &[
+        None,
+        Some(&[]),
+        Some(&[1]),
+        Some(&[n]),
+        Some(&[m, 1]),
+        Some(&[m, n]),
+        Some(&[1, n]),
+    ];
+    for threads in [1, 3] {
+        pool(threads).install(|| {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                for c in c_shapes {
+                    for (alpha, beta) in [(1.0, 1.0), (0.5, -2.0), (1.5, 0.0)] {
+                        let a = if ta {
+                            rng.tensor(&[k, m])
+                        } else {
+                            rng.tensor(&[m, k])
+                        };
+                        let b = if tb {
+                            rng.tensor(&[n, k])
+                        } else {
+                            rng.tensor(&[k, n])
+                        };
+                        let op = Gemm {
+                            alpha,
+                            beta,
+                            trans_a: ta,
+                            trans_b: tb,
+                        };
+                        let ins = vec![Some(a), Some(b), c.map(|s| rng.tensor(s))];
+                        check(Arc::new(op), &ins, &[false, true, true]);
+                    }
+                }
+            }
+            // Degenerate sizes.
+            for (m, k, n) in [(1, 1, 1), (1, 5, 1), (3, 0, 2)] {
+                let ins = vec![Some(rng.tensor(&[m, k])), Some(rng.tensor(&[k, n])), None];
+                check(Arc::new(Gemm::default()), &ins, &[false, false]);
+            }
+        });
+    }
+}
+
+#[test]
+fn unsupported_requests_fall_back() {
+    let x = Tensor::from_vec(&[1, 1, 3], vec![1.0f64, 2., 3.]).unwrap();
+    let w = Tensor::from_vec(&[1, 1, 1], vec![1.0f64]).unwrap();
+    let op: Arc<dyn Op> = Arc::new(Conv::default());
+    let infer_inputs = vec![
+        Some(InferInput {
+            dtype: x.dtype(),
+            shape: x.shape(),
+            value: None,
+        }),
+        Some(InferInput {
+            dtype: w.dtype(),
+            shape: w.shape(),
+            value: None,
+        }),
+    ];
+    let outputs = vec![TensorInfo::new(DType::F64, [1, 1, 3])];
+    let node = Node {
+        name: "n".into(),
+        op,
+        inputs: vec![Some(ValueId(0)), Some(ValueId(1))],
+        outputs: vec![ValueId(2)],
+    };
+    let req = KernelRequest {
+        node: &node,
+        inputs: &infer_inputs,
+        outputs: &outputs,
+    };
+    assert!(CpuKernels::default().kernel(&req).unwrap().is_none());
+}
