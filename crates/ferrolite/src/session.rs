@@ -4,6 +4,7 @@ use crate::model::{load_model, Model};
 use ferrolite_core::passes::{default_pipeline, optimize, Pass};
 use ferrolite_core::plan::Plan;
 use ferrolite_core::{DType, Dim, Error, Graph, Result, Tensor, TensorInfo};
+use ferrolite_cpu::CpuKernels;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -295,7 +296,12 @@ impl Session {
         let mut graph = self.model.graph.clone();
         let pipeline: Vec<Box<dyn Pass>> = default_pipeline();
         let dynamic = optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
-        let plan = Plan::build(&graph, &dynamic, None)?;
+        let provider = CpuKernels::default();
+        let plan = if self.options.optimized_kernels {
+            Plan::build(&graph, &dynamic, Some(&provider))?
+        } else {
+            Plan::build(&graph, &dynamic, None)?
+        };
         let prepared = Arc::new(Prepared { graph, plan });
         self.lock_plans()?.insert(key, prepared.clone());
         Ok(prepared)
