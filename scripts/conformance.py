@@ -82,9 +82,22 @@ def norm(s: str) -> str:
     return re.sub(r"[^a-z0-9]", "", s.lower())
 
 
+# Case-name prefixes that abbreviate the op they test.
+ALIASES = {"sce": "SoftmaxCrossEntropyLoss", "nllloss": "NegativeLogLikelihoodLoss",
+           "basicconv": "Conv", "trainingdropout": "Dropout", "mvn": "MeanVarianceNormalization",
+           "l1normalization": "LpNormalization", "l2normalization": "LpNormalization",
+           "rmsnormalization": "RMSNormalization", "tril": "Trilu", "triu": "Trilu",
+           "castlike": "CastLike", "globalaveragepool": "GlobalAveragePool",
+           "globalmaxpool": "GlobalMaxPool", "groupnormalization": "GroupNormalization",
+           "layernormalization": "LayerNormalization", "reducelogsumexp": "ReduceLogSumExp"}
+
+
 def op_of(case: str, ops: list, known: set) -> str:
-    """The op a case tests: the longest known op name that prefixes the case name."""
+    """The op a case tests: the longest known op name (or alias) that prefixes the case name."""
     name = norm(case[len("test_"):] if case.startswith("test_") else case)
+    for alias in sorted(ALIASES, key=len, reverse=True):
+        if name.startswith(alias):
+            return ALIASES[alias]
     best = ""
     for op in known:
         if name.startswith(norm(op)) and len(op) > len(best):
