@@ -9,6 +9,9 @@ use ferrolite_core::ops::nn::norm::{
 };
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::ops::nn::reduce::{ArgReduce, Reduce, ReduceKind};
+use ferrolite_core::ops::nn::resize::{
+    CoordMode, KeepAspectRatio, NearestMode, Resize, ResizeMode,
+};
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
 use ferrolite_core::ops::nn::topk::TopK;
 
@@ -43,6 +46,8 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("LRN", lrn),
     ("TopK", topk),
     ("CumSum", cumsum),
+    ("Resize", resize),
+    ("Upsample", upsample),
 ];
 
 fn auto_pad(n: &NodeCtx) -> Result<AutoPad, MapError> {
@@ -303,5 +308,95 @@ fn cumsum(n: &NodeCtx) -> MapResult {
     op(CumSum {
         exclusive: n.int("exclusive", 0)? != 0,
         reverse: n.int("reverse", 0)? != 0,
+    })
+}
+
+fn resize_mode(n: &NodeCtx) -> Result<ResizeMode, MapError> {
+    match n.string("mode", "nearest")?.as_str() {
+        "nearest" => Ok(ResizeMode::Nearest),
+        // "bilinear"/"trilinear" are the old Upsample spellings.
+        "linear" | "bilinear" | "trilinear" => Ok(ResizeMode::Linear),
+        "cubic" => Ok(ResizeMode::Cubic),
+        m => Err(n.unsupported(format!("mode '{m}'"))),
+    }
+}
+
+fn resize(n: &NodeCtx) -> MapResult {
+    let mode = resize_mode(n)?;
+    if n.opset < 11 {
+        // Opset 10: (X, scales), asymmetric coordinates.
+        return op(Resize {
+            mode,
+            coordinate_transformation_mode: CoordMode::Asymmetric,
+            nearest_mode: NearestMode::Simple,
+            scales_at_input_1: true,
+            ..Default::default()
+        });
+    }
+    let ctm = match n
+        .string("coordinate_transformation_mode", "half_pixel")?
+        .as_str()
+    {
+        "half_pixel" => CoordMode::HalfPixel,
+        "half_pixel_symmetric" => CoordMode::HalfPixelSymmetric,
+        "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
+        "align_corners" => CoordMode::AlignCorners,
+        "asymmetric" => CoordMode::Asymmetric,
+        "tf_half_pixel_for_nn" => CoordMode::TfHalfPixelForNn,
+        "tf_crop_and_resize" => CoordMode::TfCropAndResize,
+        m => return Err(n.unsupported(format!("coordinate_transformation_mode '{m}'"))),
+    };
+    let nearest_mode = match n.string("nearest_mode", "round_prefer_floor")?.as_str() {
+        "round_prefer_floor" => NearestMode::RoundPreferFloor,
+        "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+        "floor" => NearestMode::Floor,
+        "ceil" => NearestMode::Ceil,
+        m => return Err(n.unsupported(format!("nearest_mode '{m}'"))),
+    };
+    let keep = match n.string("keep_aspect_ratio_policy", "stretch")?.as_str() {
+        "stretch" => KeepAspectRatio::Stretch,
+        "not_larger" => KeepAspectRatio::NotLarger,
+        "not_smaller" => KeepAspectRatio::NotSmaller,
+        m => return Err(n.unsupported(format!("keep_aspect_ratio_policy '{m}'"))),
+    };
+    op(Resize {
+        mode,
+        coordinate_transformation_mode: ctm,
+        nearest_mode,
+        cubic_coeff_a: n.float("cubic_coeff_a", -0.75)? as f64,
+        exclude_outside: n.int("exclude_outside", 0)? != 0,
+        extrapolation_value: n.float("extrapolation_value", 0.0)? as f64,
+        antialias: n.int("antialias", 0)? != 0,
+        axes: n.ints("axes")?,
+        keep_aspect_ratio_policy: keep,
+        scales_at_input_1: false,
+        scales_attr: None,
+    })
+}
+
+fn upsample(n: &NodeCtx) -> MapResult {
+    let mode = resize_mode(n)?;
+    if mode == ResizeMode::Cubic {
+        return Err(n.unsupported("Upsample with mode 'cubic'"));
+    }
+    // Opset 7 had scales as an attribute; 9 as input 1.
+    let scales_attr = if n.opset < 9 {
+        Some(
+            n.floats("scales")?
+                .ok_or_else(|| MapError::Invalid("scales is required".into()))?
+                .into_iter()
+                .map(|v| v as f64)
+                .collect(),
+        )
+    } else {
+        None
+    };
+    op(Resize {
+        mode,
+        coordinate_transformation_mode: CoordMode::Asymmetric,
+        nearest_mode: NearestMode::Simple,
+        scales_at_input_1: scales_attr.is_none(),
+        scales_attr,
+        ..Default::default()
     })
 }
