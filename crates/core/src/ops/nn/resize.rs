@@ -143,7 +143,7 @@ impl Resize {
                     op_bail!("scales has {} values, expected {n}", s.len());
                 }
                 for (i, &a) in axes.iter().enumerate() {
-                    if !(s[i] > 0.0) || !s[i].is_finite() {
+                    if s[i].is_nan() || s[i] <= 0.0 || !s[i].is_finite() {
                         op_bail!("scale {} must be positive", s[i]);
                     }
                     let o = (x[a] as f64 * s[i]).floor();
