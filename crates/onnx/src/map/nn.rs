@@ -400,3 +400,124 @@ fn upsample(n: &NodeCtx) -> MapResult {
         ..Default::default()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{attribute_type, AttributeProto, NodeProto};
+    use ferrolite_core::Op;
+
+    fn node(op_type: &str, outputs: usize, attrs: Vec<AttributeProto>) -> NodeProto {
+        NodeProto {
+            op_type: op_type.into(),
+            input: vec!["x".into()],
+            output: (0..outputs).map(|i| format!("y{i}")).collect(),
+            attribute: attrs,
+            ..Default::default()
+        }
+    }
+
+    fn int(name: &str, i: i64) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INT,
+            i,
+            ..Default::default()
+        }
+    }
+
+    fn ints(name: &str, v: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INTS,
+            ints: v.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn map(n: &NodeProto, opset: i64) -> std::sync::Arc<dyn Op> {
+        let f = super::super::lookup(&n.op_type).unwrap();
+        f(&NodeCtx { node: n, opset }).unwrap()
+    }
+
+    #[test]
+    fn softmax_opset_forms() {
+        let n = node("Softmax", 1, vec![]);
+        let old = map(&n, 11);
+        let s = old.as_any().downcast_ref::<Softmax>().unwrap();
+        assert!(s.legacy_2d && s.axis == 1);
+        let new = map(&n, 13);
+        let s = new.as_any().downcast_ref::<Softmax>().unwrap();
+        assert!(!s.legacy_2d && s.axis == -1);
+    }
+
+    #[test]
+    fn reduce_axes_attribute_by_opset() {
+        let n = node(
+            "ReduceMean",
+            1,
+            vec![ints("axes", &[1]), int("keepdims", 0)],
+        );
+        let r = map(&n, 17);
+        let r = r.as_any().downcast_ref::<Reduce>().unwrap();
+        assert_eq!(r.axes, Some(vec![1]));
+        assert!(!r.keepdims);
+        let n = node("ReduceSum", 1, vec![ints("axes", &[1])]);
+        let r = map(&n, 13);
+        assert_eq!(r.as_any().downcast_ref::<Reduce>().unwrap().axes, None);
+    }
+
+    #[test]
+    fn maxpool_indices_and_batchnorm_training() {
+        let n = node("MaxPool", 2, vec![ints("kernel_shape", &[2, 2])]);
+        let p = map(&n, 12);
+        assert!(p.as_any().downcast_ref::<Pool>().unwrap().with_indices);
+        let missing = node("MaxPool", 1, vec![]);
+        assert!(max_pool(&NodeCtx {
+            node: &missing,
+            opset: 12
+        })
+        .is_err());
+        let bn = node("BatchNormalization", 3, vec![int("training_mode", 1)]);
+        assert!(matches!(
+            batch_norm(&NodeCtx {
+                node: &bn,
+                opset: 15
+            }),
+            Err(MapError::Unsupported(_))
+        ));
+        let gn = node("GroupNormalization", 1, vec![int("num_groups", 2)]);
+        let g = map(&gn, 18);
+        assert!(
+            g.as_any()
+                .downcast_ref::<GroupNorm>()
+                .unwrap()
+                .per_group_affine
+        );
+    }
+
+    #[test]
+    fn resize_and_upsample_forms() {
+        let r10 = map(&node("Resize", 1, vec![]), 10);
+        let r = r10.as_any().downcast_ref::<Resize>().unwrap();
+        assert!(r.scales_at_input_1);
+        assert_eq!(r.coordinate_transformation_mode, CoordMode::Asymmetric);
+        let up7 = node(
+            "Upsample",
+            1,
+            vec![AttributeProto {
+                name: "scales".into(),
+                r#type: attribute_type::FLOATS,
+                floats: vec![1., 1., 2., 2.],
+                ..Default::default()
+            }],
+        );
+        let u = map(&up7, 7);
+        let u = u.as_any().downcast_ref::<Resize>().unwrap();
+        assert_eq!(u.scales_attr, Some(vec![1., 1., 2., 2.]));
+        assert!(!u.scales_at_input_1);
+        let topk1 = node("TopK", 2, vec![int("k", 3)]);
+        let t = map(&topk1, 1);
+        assert_eq!(t.as_any().downcast_ref::<TopK>().unwrap().k, Some(3));
+    }
+}

@@ -381,10 +381,11 @@ impl Op for Resize {
                 plan.out
             );
         }
+        // Allocate first: it refuses absurd output sizes before the tap tables are built.
+        let mut out = Tensor::zeros(x.dtype(), &plan.out)?;
         let taps: Vec<_> = (0..r)
             .map(|a| self.axis_taps(x.shape()[a], plan.out[a], plan.scales[a], plan.roi[a]))
             .collect();
-        let mut out = Tensor::zeros(x.dtype(), &plan.out)?;
         let extrap = self.extrapolation_value;
         dispatch_all!(x.dtype(), T => {
             if self.mode == ResizeMode::Nearest {
