@@ -9,6 +9,9 @@ use ferrolite_core::ops::nn::norm::{
 };
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::ops::nn::reduce::{ArgReduce, Reduce, ReduceKind};
+use ferrolite_core::ops::nn::resize::{
+    CoordMode, KeepAspectRatio, NearestMode, Resize, ResizeMode,
+};
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
 use ferrolite_core::ops::nn::topk::TopK;
 
@@ -43,6 +46,8 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("LRN", lrn),
     ("TopK", topk),
     ("CumSum", cumsum),
+    ("Resize", resize),
+    ("Upsample", upsample),
 ];
 
 fn auto_pad(n: &NodeCtx) -> Result<AutoPad, MapError> {
@@ -304,4 +309,215 @@ fn cumsum(n: &NodeCtx) -> MapResult {
         exclusive: n.int("exclusive", 0)? != 0,
         reverse: n.int("reverse", 0)? != 0,
     })
+}
+
+fn resize_mode(n: &NodeCtx) -> Result<ResizeMode, MapError> {
+    match n.string("mode", "nearest")?.as_str() {
+        "nearest" => Ok(ResizeMode::Nearest),
+        // "bilinear"/"trilinear" are the old Upsample spellings.
+        "linear" | "bilinear" | "trilinear" => Ok(ResizeMode::Linear),
+        "cubic" => Ok(ResizeMode::Cubic),
+        m => Err(n.unsupported(format!("mode '{m}'"))),
+    }
+}
+
+fn resize(n: &NodeCtx) -> MapResult {
+    let mode = resize_mode(n)?;
+    if n.opset < 11 {
+        // Opset 10: (X, scales), asymmetric coordinates.
+        return op(Resize {
+            mode,
+            coordinate_transformation_mode: CoordMode::Asymmetric,
+            nearest_mode: NearestMode::Simple,
+            scales_at_input_1: true,
+            ..Default::default()
+        });
+    }
+    let ctm = match n
+        .string("coordinate_transformation_mode", "half_pixel")?
+        .as_str()
+    {
+        "half_pixel" => CoordMode::HalfPixel,
+        "half_pixel_symmetric" => CoordMode::HalfPixelSymmetric,
+        "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
+        "align_corners" => CoordMode::AlignCorners,
+        "asymmetric" => CoordMode::Asymmetric,
+        "tf_half_pixel_for_nn" => CoordMode::TfHalfPixelForNn,
+        "tf_crop_and_resize" => CoordMode::TfCropAndResize,
+        m => return Err(n.unsupported(format!("coordinate_transformation_mode '{m}'"))),
+    };
+    let nearest_mode = match n.string("nearest_mode", "round_prefer_floor")?.as_str() {
+        "round_prefer_floor" => NearestMode::RoundPreferFloor,
+        "round_prefer_ceil" => NearestMode::RoundPreferCeil,
+        "floor" => NearestMode::Floor,
+        "ceil" => NearestMode::Ceil,
+        m => return Err(n.unsupported(format!("nearest_mode '{m}'"))),
+    };
+    let keep = match n.string("keep_aspect_ratio_policy", "stretch")?.as_str() {
+        "stretch" => KeepAspectRatio::Stretch,
+        "not_larger" => KeepAspectRatio::NotLarger,
+        "not_smaller" => KeepAspectRatio::NotSmaller,
+        m => return Err(n.unsupported(format!("keep_aspect_ratio_policy '{m}'"))),
+    };
+    op(Resize {
+        mode,
+        coordinate_transformation_mode: ctm,
+        nearest_mode,
+        cubic_coeff_a: n.float("cubic_coeff_a", -0.75)? as f64,
+        exclude_outside: n.int("exclude_outside", 0)? != 0,
+        extrapolation_value: n.float("extrapolation_value", 0.0)? as f64,
+        antialias: n.int("antialias", 0)? != 0,
+        axes: n.ints("axes")?,
+        keep_aspect_ratio_policy: keep,
+        scales_at_input_1: false,
+        scales_attr: None,
+    })
+}
+
+fn upsample(n: &NodeCtx) -> MapResult {
+    let mode = resize_mode(n)?;
+    if mode == ResizeMode::Cubic {
+        return Err(n.unsupported("Upsample with mode 'cubic'"));
+    }
+    // Opset 7 had scales as an attribute; 9 as input 1.
+    let scales_attr = if n.opset < 9 {
+        Some(
+            n.floats("scales")?
+                .ok_or_else(|| MapError::Invalid("scales is required".into()))?
+                .into_iter()
+                .map(|v| v as f64)
+                .collect(),
+        )
+    } else {
+        None
+    };
+    op(Resize {
+        mode,
+        coordinate_transformation_mode: CoordMode::Asymmetric,
+        nearest_mode: NearestMode::Simple,
+        scales_at_input_1: scales_attr.is_none(),
+        scales_attr,
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{attribute_type, AttributeProto, NodeProto};
+    use ferrolite_core::Op;
+
+    fn node(op_type: &str, outputs: usize, attrs: Vec<AttributeProto>) -> NodeProto {
+        NodeProto {
+            op_type: op_type.into(),
+            input: vec!["x".into()],
+            output: (0..outputs).map(|i| format!("y{i}")).collect(),
+            attribute: attrs,
+            ..Default::default()
+        }
+    }
+
+    fn int(name: &str, i: i64) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INT,
+            i,
+            ..Default::default()
+        }
+    }
+
+    fn ints(name: &str, v: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INTS,
+            ints: v.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn map(n: &NodeProto, opset: i64) -> std::sync::Arc<dyn Op> {
+        let f = super::super::lookup(&n.op_type).unwrap();
+        f(&NodeCtx { node: n, opset }).unwrap()
+    }
+
+    #[test]
+    fn softmax_opset_forms() {
+        let n = node("Softmax", 1, vec![]);
+        let old = map(&n, 11);
+        let s = old.as_any().downcast_ref::<Softmax>().unwrap();
+        assert!(s.legacy_2d && s.axis == 1);
+        let new = map(&n, 13);
+        let s = new.as_any().downcast_ref::<Softmax>().unwrap();
+        assert!(!s.legacy_2d && s.axis == -1);
+    }
+
+    #[test]
+    fn reduce_axes_attribute_by_opset() {
+        let n = node(
+            "ReduceMean",
+            1,
+            vec![ints("axes", &[1]), int("keepdims", 0)],
+        );
+        let r = map(&n, 17);
+        let r = r.as_any().downcast_ref::<Reduce>().unwrap();
+        assert_eq!(r.axes, Some(vec![1]));
+        assert!(!r.keepdims);
+        let n = node("ReduceSum", 1, vec![ints("axes", &[1])]);
+        let r = map(&n, 13);
+        assert_eq!(r.as_any().downcast_ref::<Reduce>().unwrap().axes, None);
+    }
+
+    #[test]
+    fn maxpool_indices_and_batchnorm_training() {
+        let n = node("MaxPool", 2, vec![ints("kernel_shape", &[2, 2])]);
+        let p = map(&n, 12);
+        assert!(p.as_any().downcast_ref::<Pool>().unwrap().with_indices);
+        let missing = node("MaxPool", 1, vec![]);
+        assert!(max_pool(&NodeCtx {
+            node: &missing,
+            opset: 12
+        })
+        .is_err());
+        let bn = node("BatchNormalization", 3, vec![int("training_mode", 1)]);
+        assert!(matches!(
+            batch_norm(&NodeCtx {
+                node: &bn,
+                opset: 15
+            }),
+            Err(MapError::Unsupported(_))
+        ));
+        let gn = node("GroupNormalization", 1, vec![int("num_groups", 2)]);
+        let g = map(&gn, 18);
+        assert!(
+            g.as_any()
+                .downcast_ref::<GroupNorm>()
+                .unwrap()
+                .per_group_affine
+        );
+    }
+
+    #[test]
+    fn resize_and_upsample_forms() {
+        let r10 = map(&node("Resize", 1, vec![]), 10);
+        let r = r10.as_any().downcast_ref::<Resize>().unwrap();
+        assert!(r.scales_at_input_1);
+        assert_eq!(r.coordinate_transformation_mode, CoordMode::Asymmetric);
+        let up7 = node(
+            "Upsample",
+            1,
+            vec![AttributeProto {
+                name: "scales".into(),
+                r#type: attribute_type::FLOATS,
+                floats: vec![1., 1., 2., 2.],
+                ..Default::default()
+            }],
+        );
+        let u = map(&up7, 7);
+        let u = u.as_any().downcast_ref::<Resize>().unwrap();
+        assert_eq!(u.scales_attr, Some(vec![1., 1., 2., 2.]));
+        assert!(!u.scales_at_input_1);
+        let topk1 = node("TopK", 2, vec![int("k", 3)]);
+        let t = map(&topk1, 1);
+        assert_eq!(t.as_any().downcast_ref::<TopK>().unwrap().k, Some(3));
+    }
 }

@@ -155,7 +155,7 @@ pub fn axis_values(v: &[i64], n: usize, default: usize, what: &str) -> OpResult<
     }
     v.iter()
         .map(|&x| {
-            if x < 0 || x > MAX_GEOM {
+            if !(0..=MAX_GEOM).contains(&x) {
                 op_bail!("{what} value {x} is out of range");
             }
             Ok(x as usize)

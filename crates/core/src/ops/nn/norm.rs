@@ -154,8 +154,11 @@ fn group_normalize(
 ) -> Vec<f64> {
     let c = shape[1];
     let spatial: usize = shape[2..].iter().product();
-    let block = (c / groups) * spatial;
     let mut ys = vec![0.0; xs.len()];
+    if groups == 0 {
+        return ys;
+    }
+    let block = (c / groups) * spatial;
     if block == 0 {
         return ys;
     }

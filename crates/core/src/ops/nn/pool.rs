@@ -138,7 +138,11 @@ impl Op for Pool {
         let out_spatial: Vec<usize> = geom.iter().map(|g| g.output).collect();
         let out_plane: usize = out_spatial.iter().product();
         let kernel: Vec<usize> = geom.iter().map(|g| g.kernel).collect();
-        let taps: usize = kernel.iter().product();
+        // A hostile kernel_shape could overflow the product.
+        let taps = kernel
+            .iter()
+            .try_fold(1usize, |a, &k| a.checked_mul(k))
+            .ok_or_else(|| crate::OpError(format!("kernel {kernel:?} is too large")))?;
         let in_str = strides(&spatial_in);
         // Column-major strides of the spatial axes, for storage_order = 1 indices.
         let mut col_str = vec![1usize; spatial_in.len()];
@@ -393,6 +397,27 @@ mod tests {
         let y = s.eval(&[Some(&x4x4())]).unwrap();
         assert_eq!(y[0].shape(), &[1, 1, 4, 4]);
         assert_eq!(&y[0].to_f64_vec()[..4], &[3.5, 4.5, 5.5, 6.0]);
+    }
+
+    #[test]
+    fn hostile_geometry_is_an_error() {
+        let x = f32t(&[1, 1, 2, 2], &[0.; 4]);
+        let p = Pool {
+            kernel_shape: vec![3, 3],
+            ..Default::default()
+        };
+        assert!(p.eval(&[Some(&x)]).is_err());
+        let p = Pool {
+            kernel_shape: vec![1],
+            ..Default::default()
+        };
+        assert!(p.eval(&[Some(&x)]).is_err());
+        let p = Pool {
+            kernel_shape: vec![1, 1],
+            strides: vec![0, 1],
+            ..Default::default()
+        };
+        assert!(p.eval(&[Some(&x)]).is_err());
     }
 
     #[test]
