@@ -190,10 +190,9 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
         Command::Passes => {
             println!("{:<2} {:<20} what", "#", "pass");
             println!(
-                "{:<2} {:<20} {}",
+                "{:<2} {:<20} infer every shape and dtype, fold constants (always on)",
                 0,
                 ferrolite::core::passes::SHAPE_INFERENCE,
-                "infer every shape and dtype, fold constants (always on)"
             );
             for (i, (name, what)) in ferrolite::pass_names().into_iter().enumerate() {
                 println!("{:<2} {:<20} {}", i + 1, name, what);

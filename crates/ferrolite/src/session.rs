@@ -168,8 +168,11 @@ pub struct Session {
     inputs: Vec<IoInfo>,
     outputs: Vec<IoInfo>,
     pool: rayon::ThreadPool,
-    plans: Mutex<HashMap<Vec<Vec<usize>>, Arc<Prepared>>>,
+    plans: Mutex<PlanCache>,
 }
+
+/// Prepared plans by input-shape signature.
+type PlanCache = HashMap<Vec<Vec<usize>>, Arc<Prepared>>;
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -307,9 +310,7 @@ impl Session {
         Ok(prepared)
     }
 
-    fn lock_plans(
-        &self,
-    ) -> Result<std::sync::MutexGuard<'_, HashMap<Vec<Vec<usize>>, Arc<Prepared>>>> {
+    fn lock_plans(&self) -> Result<std::sync::MutexGuard<'_, PlanCache>> {
         self.plans
             .lock()
             .map_err(|_| Error::Other("plan cache poisoned".into()))

@@ -493,6 +493,14 @@ pub fn write_tensor_file(path: &Path, name: &str, t: &Tensor) -> Result<()> {
     })
 }
 
+/// The op types of a model's nodes in file order, without mapping them (for reports).
+pub fn op_types(bytes: &[u8]) -> Result<Vec<String>> {
+    Ok(decode_model_proto(bytes)?
+        .graph
+        .map(|g| g.node.iter().map(|n| n.op_type.clone()).collect())
+        .unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,12 +594,4 @@ mod tests {
         let e = constant_value(&n, "c0", None).unwrap_err().to_string();
         assert!(e.contains("'c0'") && e.contains("value_float"), "{e}");
     }
-}
-
-/// The op types of a model's nodes in file order, without mapping them (for reports).
-pub fn op_types(bytes: &[u8]) -> Result<Vec<String>> {
-    Ok(decode_model_proto(bytes)?
-        .graph
-        .map(|g| g.node.iter().map(|n| n.op_type.clone()).collect())
-        .unwrap_or_default())
 }
