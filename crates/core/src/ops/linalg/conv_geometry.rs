@@ -3,34 +3,10 @@
 //! Shared by Conv, ConvInteger, ConvTranspose and the CPU kernels, so that the reference and the
 //! fast paths agree on every size by construction.
 
-use crate::{op_bail, op_ensure, OpError, OpResult};
+use crate::ops::nn::geometry::conv_output_size;
+use crate::{op_ensure, OpResult};
 
-/// ONNX `auto_pad`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AutoPad {
-    /// Use the explicit `pads`.
-    #[default]
-    NotSet,
-    /// Output size `ceil(in / stride)`; an odd total padding puts the extra at the end.
-    SameUpper,
-    /// Like `SameUpper` with the extra at the beginning.
-    SameLower,
-    /// No padding.
-    Valid,
-}
-
-impl AutoPad {
-    /// Parses the ONNX attribute string.
-    pub fn parse(s: &str) -> Option<AutoPad> {
-        match s {
-            "NOTSET" | "" => Some(AutoPad::NotSet),
-            "SAME_UPPER" => Some(AutoPad::SameUpper),
-            "SAME_LOWER" => Some(AutoPad::SameLower),
-            "VALID" => Some(AutoPad::Valid),
-            _ => None,
-        }
-    }
-}
+pub use crate::ops::nn::geometry::AutoPad;
 
 /// Attributes common to the convolution family, before they are resolved against shapes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -74,10 +50,6 @@ fn list_or(
             Ok(v.clone())
         }
     }
-}
-
-fn ck(v: Option<usize>) -> OpResult<usize> {
-    v.ok_or_else(|| OpError("convolution geometry overflows".into()))
 }
 
 impl ConvParams {
@@ -140,45 +112,21 @@ impl ConvParams {
             _ => (vec![0; rank], vec![0; rank]),
         };
         let mut output = vec![0; rank];
-        op_ensure!(
-            kernel.iter().all(|&k| k >= 1),
-            "kernel_shape {kernel:?} has a zero size"
-        );
         for i in 0..rank {
-            // Effective kernel extent: dil*(k-1)+1.
-            let ext = ck(kernel[i]
-                .checked_sub(1)
-                .and_then(|k| k.checked_mul(dilations[i]))
-                .and_then(|k| k.checked_add(1)))?;
-            match self.auto_pad {
-                AutoPad::SameUpper | AutoPad::SameLower => {
-                    let out = input[i].div_ceil(strides[i]);
-                    let need = ck(out
-                        .saturating_sub(1)
-                        .checked_mul(strides[i])
-                        .and_then(|v| v.checked_add(ext)))?;
-                    let total = need.saturating_sub(input[i]);
-                    if self.auto_pad == AutoPad::SameUpper {
-                        pad_begin[i] = total / 2;
-                        pad_end[i] = total - total / 2;
-                    } else {
-                        pad_end[i] = total / 2;
-                        pad_begin[i] = total - total / 2;
-                    }
-                    output[i] = out;
-                }
-                _ => {
-                    let padded = ck(input[i]
-                        .checked_add(pad_begin[i])
-                        .and_then(|v| v.checked_add(pad_end[i])))?;
-                    if padded < ext {
-                        op_bail!(
-                            "spatial dimension {i}: the padded input ({padded}) is smaller than the dilated kernel ({ext})"
-                        );
-                    }
-                    output[i] = (padded - ext) / strides[i] + 1;
-                }
-            }
+            // One per-axis rule for convolutions and pooling windows.
+            let axis = conv_output_size(
+                input[i],
+                kernel[i],
+                strides[i],
+                dilations[i],
+                pad_begin[i],
+                pad_end[i],
+                self.auto_pad,
+                false,
+            )?;
+            pad_begin[i] = axis.pad_begin;
+            pad_end[i] = axis.pad_end;
+            output[i] = axis.output;
         }
         Ok(ConvGeometry {
             input: input.to_vec(),
