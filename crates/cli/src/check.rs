@@ -200,8 +200,7 @@ fn run_case(
 
 pub fn check_cases(
     cases: &[PathBuf],
-    model: Option<&Path>,
-    params: Option<&Path>,
+    model: Option<(&Path, Option<&Path>)>,
     atol: f64,
     rtol: f64,
     quiet: bool,
@@ -219,9 +218,7 @@ pub fn check_cases(
             println!("{name}");
         }
         // A bug in one op must not hide the results of the other cases.
-        let outcome = std::panic::catch_unwind(|| {
-            run_case(dir, model.map(|m| (m, params)), atol, rtol, quiet, options)
-        });
+        let outcome = std::panic::catch_unwind(|| run_case(dir, model, atol, rtol, quiet, options));
         let (passed, error) = match outcome {
             Ok(Ok(p)) => (
                 p,

@@ -186,8 +186,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             engine,
         } => check::check_cases(
             &cases,
-            model.as_deref(),
-            params.as_deref(),
+            model.as_deref().map(|m| (m, params.as_deref())),
             atol,
             rtol,
             quiet,

@@ -1161,7 +1161,7 @@ fn layer_norm(c: &mut Ctx) -> MapResult {
     let rank = xd.len() as i64;
     let begin = c.int("begin_norm_axis", 1)?;
     let begin = if begin < 0 { begin + rank } else { begin };
-    if !(0..rank).contains(&begin) && !(rank == 0 && begin == 0) {
+    if !((0..rank).contains(&begin) || (rank == 0 && begin == 0)) {
         return Err(invalid(format!(
             "begin_norm_axis {begin} out of range for rank {rank}"
         )));
@@ -1564,8 +1564,7 @@ fn squeeze2(c: &mut Ctx) -> MapResult {
 pub fn unsqueeze_positions(in_rank: usize, axes: &[i64]) -> Result<Vec<i64>, MapError> {
     let out_rank = in_rank + axes.len();
     let mut marks = vec![false; out_rank];
-    let mut cur = in_rank as i64;
-    for &a in axes {
+    for (cur, &a) in (in_rank as i64..).zip(axes) {
         let p = if a < 0 { a + cur + 1 } else { a };
         if p < 0 || p > cur {
             return Err(invalid(format!(
@@ -1580,7 +1579,6 @@ pub fn unsqueeze_positions(in_rank: usize, axes: &[i64]) -> Result<Vec<i64>, Map
             }
         }
         marks[p] = true;
-        cur += 1;
     }
     Ok(marks
         .iter()
@@ -1670,17 +1668,14 @@ fn slice(c: &mut Ctx) -> MapResult {
     let x = c.input("Input")?;
     let axes = c.ints("axes")?.unwrap_or_default();
     let mut ins = vec![Some(x)];
-    let mut from_tensors = false;
     for (list, tensor, attr) in [
         ("StartsTensorList", "StartsTensor", "starts"),
         ("EndsTensorList", "EndsTensor", "ends"),
     ] {
         let l = c.inputs(list)?;
         let v = if !l.is_empty() {
-            from_tensors = true;
             c.list_to_i64(&l)?
         } else if let Some(t) = c.input_opt(tensor)? {
-            from_tensors = true;
             c.to_i64(t)?
         } else {
             let v = c
@@ -1690,7 +1685,6 @@ fn slice(c: &mut Ctx) -> MapResult {
         };
         ins.push(Some(v));
     }
-    let _ = from_tensors;
     let a = c.i64s(&axes)?;
     ins.push(Some(a));
     let mut out = c.add_n(Slice::default(), &ins, 1)?[0];
@@ -1789,10 +1783,7 @@ fn fill_constant(c: &mut Ctx) -> MapResult {
         Some(s) => c.add(ConstantOfShape { value: one }, &[s])?,
         None => {
             let shape = usizes(&c.ints("shape")?.unwrap_or_default(), "shape")?;
-            let n = ferrolite_core::tensor::checked_numel(&shape)
-                .map_err(|e| invalid(e.to_string()))?;
             let v = one.reshaped(&[]).map_err(|e| invalid(e.to_string()))?;
-            let _ = n;
             // Broadcast the one element to the shape.
             let t = broadcast_scalar(&v, &shape)?;
             c.konst(t)
