@@ -105,12 +105,16 @@ struct CaseResult {
 
 fn run_case(
     dir: &Path,
+    model: Option<(&Path, Option<&Path>)>,
     atol: f64,
     rtol: f64,
     quiet: bool,
     options: &SessionOptions,
 ) -> Result<bool> {
-    let session = Session::from_path(dir.join("model.onnx"), options.clone())?;
+    let session = match model {
+        Some((m, params)) => crate::open_session(m, params, options.clone())?,
+        None => Session::from_path(dir.join("model.onnx"), options.clone())?,
+    };
     let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| Error::Io {
             path: dir.display().to_string(),
@@ -196,6 +200,7 @@ fn run_case(
 
 pub fn check_cases(
     cases: &[PathBuf],
+    model: Option<(&Path, Option<&Path>)>,
     atol: f64,
     rtol: f64,
     quiet: bool,
@@ -213,7 +218,7 @@ pub fn check_cases(
             println!("{name}");
         }
         // A bug in one op must not hide the results of the other cases.
-        let outcome = std::panic::catch_unwind(|| run_case(dir, atol, rtol, quiet, options));
+        let outcome = std::panic::catch_unwind(|| run_case(dir, model, atol, rtol, quiet, options));
         let (passed, error) = match outcome {
             Ok(Ok(p)) => (
                 p,

@@ -6,7 +6,20 @@ mod report;
 
 use clap::{Parser, Subcommand};
 use ferrolite::{Session, SessionOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// Opens a model: ONNX, or Paddle (folder or program file), with an explicit Paddle params
+/// file or folder when given.
+pub fn open_session(
+    model: &Path,
+    params: Option<&Path>,
+    options: SessionOptions,
+) -> ferrolite::Result<Session> {
+    match params {
+        Some(p) => Session::from_paddle(model, Some(p), options),
+        None => Session::from_path(model, options),
+    }
+}
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -48,7 +61,11 @@ impl EngineArgs {
 enum Command {
     /// Run a model on inputs from files (.npy or ONNX TensorProto .pb) or on seeded random data.
     Run {
+        /// ONNX file, Paddle model folder, or Paddle program file (.pdmodel / __model__).
         model: PathBuf,
+        /// Paddle parameters: combined params file, or folder of per-variable files.
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
         /// NAME=FILE (repeatable); a bare FILE is the first input without one.
         #[arg(long = "input", value_name = "NAME=FILE")]
         input: Vec<String>,
@@ -72,6 +89,13 @@ enum Command {
     Check {
         #[arg(required = true)]
         cases: Vec<PathBuf>,
+        /// Run this model (ONNX or Paddle) on the cases' data instead of their model.onnx;
+        /// inputs match by name, outputs by name or else by position.
+        #[arg(long, value_name = "MODEL")]
+        model: Option<PathBuf>,
+        /// Paddle parameters for --model.
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
         /// Absolute tolerance.
         #[arg(long, default_value_t = 1e-4)]
         atol: f64,
@@ -90,6 +114,9 @@ enum Command {
     /// Inputs, outputs, op histogram, parameter count and FLOPs of a model.
     Info {
         model: PathBuf,
+        /// Paddle parameters: combined params file, or folder of per-variable files.
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
         /// NAME=DIMS for the FLOPs estimate (symbolic dims default to 1).
         #[arg(long = "shape", value_name = "NAME=DIMS")]
         shape: Vec<String>,
@@ -97,6 +124,9 @@ enum Command {
     /// Print the graph as text or Graphviz DOT.
     Dump {
         model: PathBuf,
+        /// Paddle parameters: combined params file, or folder of per-variable files.
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
         /// Graphviz DOT instead of text.
         #[arg(long)]
         dot: bool,
@@ -128,6 +158,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
     match command {
         Command::Run {
             model,
+            params,
             input,
             shape,
             output_dir,
@@ -136,6 +167,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             engine,
         } => report::run_model(
             &model,
+            params.as_deref(),
             &input,
             &shape,
             output_dir.as_deref(),
@@ -145,6 +177,8 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
         ),
         Command::Check {
             cases,
+            model,
+            params,
             atol,
             rtol,
             quiet,
@@ -152,25 +186,31 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             engine,
         } => check::check_cases(
             &cases,
+            model.as_deref().map(|m| (m, params.as_deref())),
             atol,
             rtol,
             quiet,
             json.as_deref(),
             &engine.options(),
         ),
-        Command::Info { model, shape } => {
-            let session = Session::from_path(&model, SessionOptions::default())?;
+        Command::Info {
+            model,
+            params,
+            shape,
+        } => {
+            let session = open_session(&model, params.as_deref(), SessionOptions::default())?;
             report::info(&session, &shape)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Dump {
             model,
+            params,
             dot,
             optimized,
             shape,
             engine,
         } => {
-            let session = Session::from_path(&model, engine.options())?;
+            let session = open_session(&model, params.as_deref(), engine.options())?;
             let text = if optimized {
                 let shapes = inputs::shapes_for(&session, &shape)?;
                 let prepared = session.prerun(&shapes)?;

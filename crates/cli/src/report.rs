@@ -37,6 +37,7 @@ pub fn summary(t: &Tensor) -> String {
 #[allow(clippy::too_many_arguments)]
 pub fn run_model(
     model: &Path,
+    params: Option<&Path>,
     input_args: &[String],
     shape_args: &[String],
     output_dir: Option<&Path>,
@@ -45,7 +46,7 @@ pub fn run_model(
     options: &SessionOptions,
 ) -> Result<ExitCode> {
     let t0 = Instant::now();
-    let session = Session::from_path(model, options.clone())?;
+    let session = crate::open_session(model, params, options.clone())?;
     let load = t0.elapsed();
     let inputs = collect_inputs(&session, input_args, shape_args, seed)?;
     for (name, t, source) in &inputs {

@@ -17,9 +17,10 @@ pub mod model;
 pub mod session;
 
 pub use ferrolite_core::{DType, Dim, Error, Graph, Result, Tensor, TensorInfo};
-pub use model::{load_model, Format, Model};
+pub use model::{is_paddle, load_model, load_paddle, load_path, Format, Model};
 pub use session::{pass_names, IoInfo, Outputs, Prepared, Session, SessionOptions};
 
 /// Lower-level pieces for tools: the core crate and the ONNX frontend.
 pub use ferrolite_core as core;
 pub use ferrolite_onnx as onnx;
+pub use ferrolite_paddle as paddle;

@@ -1,18 +1,21 @@
 //! Model loading across formats.
 
 use ferrolite_core::{Graph, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The file format a model came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Onnx,
+    /// PaddlePaddle legacy `ProgramDesc` (`.pdmodel` / `__model__`) with its parameters.
+    Paddle,
 }
 
 impl std::fmt::Display for Format {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Format::Onnx => f.write_str("onnx"),
+            Format::Paddle => f.write_str("paddle"),
         }
     }
 }
@@ -36,4 +39,58 @@ pub fn load_model(bytes: &[u8], dir: Option<&Path>) -> Result<Model> {
         producer: m.producer,
         opsets: m.opsets,
     })
+}
+
+/// Whether `path` names a Paddle model: a folder with `__model__`, `model` or a `*.pdmodel`,
+/// a `.pdmodel` file, a `__model__` / `model` file, or a Paddle 3 `.json` program (which
+/// loading then reports as unsupported).
+pub fn is_paddle(path: &Path) -> bool {
+    if path.is_dir() {
+        if ["__model__", "model"]
+            .iter()
+            .any(|n| path.join(n).is_file())
+        {
+            return true;
+        }
+        return std::fs::read_dir(path).is_ok_and(|d| {
+            d.flatten().any(|e| {
+                let p = e.path();
+                p.extension().is_some_and(|x| x == "pdmodel" || x == "json")
+            })
+        });
+    }
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("pdmodel") | Some("json")
+    ) || name == "__model__"
+        || (name == "model" && !path.with_file_name("model.onnx").exists())
+}
+
+/// Loads a Paddle model: a folder, or a program file with an optional params file (combined
+/// file, or a folder of per-variable files).
+pub fn load_paddle(model: &Path, params: Option<&Path>) -> Result<Model> {
+    let m = ferrolite_paddle::load(model, params)?;
+    Ok(Model {
+        graph: m.graph,
+        format: Format::Paddle,
+        producer: format!("paddle (program version {})", m.version),
+        opsets: Vec::new(),
+    })
+}
+
+/// Loads a model file or folder of any supported format, detected from the path.
+pub fn load_path(path: &Path) -> Result<Model> {
+    if is_paddle(path) {
+        return load_paddle(path, None);
+    }
+    let bytes = std::fs::read(path).map_err(|e| ferrolite_core::Error::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    let dir: Option<PathBuf> = path.parent().map(Path::to_path_buf);
+    load_model(&bytes, dir.as_deref())
 }

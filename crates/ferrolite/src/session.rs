@@ -1,6 +1,6 @@
 //! The session: a loaded model, its plans per input-shape signature, and a thread pool.
 
-use crate::model::{load_model, Model};
+use crate::model::{load_model, load_paddle, load_path, Model};
 use ferrolite_core::passes::{default_pipeline, optimize, Pass};
 use ferrolite_core::plan::Plan;
 use ferrolite_core::{DType, Dim, Error, Graph, Result, Tensor, TensorInfo};
@@ -184,15 +184,20 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Loads a model file (ONNX).
+    /// Loads a model file: ONNX, or a Paddle model (a folder with `__model__`, `model` or
+    /// `*.pdmodel`, or a `.pdmodel` file with its sibling `.pdiparams`).
     pub fn from_path(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::Io {
-            path: path.display().to_string(),
-            source: e,
-        })?;
-        let model = load_model(&bytes, path.parent())?;
-        Session::from_model(model, options)
+        Session::from_model(load_path(path.as_ref())?, options)
+    }
+
+    /// Loads a Paddle model from its program file (or folder) and, optionally, its params
+    /// file (combined) or folder (one file per variable).
+    pub fn from_paddle(
+        model: impl AsRef<Path>,
+        params: Option<&Path>,
+        options: SessionOptions,
+    ) -> Result<Session> {
+        Session::from_model(load_paddle(model.as_ref(), params)?, options)
     }
 
     /// Loads a model from memory. External tensor data is not available this way.
