@@ -22,6 +22,7 @@ use ferrolite_core::ops::nn::geometry::AutoPad;
 use ferrolite_core::ops::nn::norm::{BatchNorm, GroupNorm, InstanceNorm, LayerNorm};
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::ops::nn::reduce::{ArgReduce, Reduce, ReduceKind};
+use ferrolite_core::ops::nn::resize::{CoordMode, NearestMode, Resize, ResizeMode};
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
 use ferrolite_core::ops::nn::topk::TopK;
 use ferrolite_core::ops::shape::{
@@ -142,6 +143,10 @@ pub const ENTRIES: &[(&str, MapFn)] = &[
     ("instance_norm", instance_norm),
     ("group_norm", group_norm),
     ("pool2d", pool2d),
+    ("nearest_interp_v2", nearest_interp_v2),
+    ("nearest_interp", nearest_interp_v2),
+    ("bilinear_interp_v2", bilinear_interp_v2),
+    ("bilinear_interp", bilinear_interp_v2),
     ("softmax", softmax),
     ("log_softmax", log_softmax),
     ("reduce_sum", reduce_sum),
@@ -1241,6 +1246,88 @@ fn group_norm(c: &mut Ctx) -> MapResult {
     )?;
     c.set("Y", out);
     Ok(())
+}
+
+fn nearest_interp_v2(c: &mut Ctx) -> MapResult {
+    interp(c, ResizeMode::Nearest)
+}
+
+fn bilinear_interp_v2(c: &mut Ctx) -> MapResult {
+    interp(c, ResizeMode::Linear)
+}
+
+/// `*_interp(_v2)` as a Resize. Output size, by priority: the `SizeTensor` list, the `OutSize`
+/// tensor, the `out_h`/`out_w` attributes, the `scale` attribute.
+fn interp(c: &mut Ctx, mode: ResizeMode) -> MapResult {
+    nchw(c)?;
+    let x = c.input("X")?;
+    let align_corners = c.bool("align_corners", false)?;
+    // Paddle's align_mode 0 is half-pixel sampling (bilinear only); 1 is asymmetric.
+    let half_pixel = mode == ResizeMode::Linear && c.int("align_mode", 1)? == 0;
+    let coordinate_transformation_mode = if align_corners {
+        CoordMode::AlignCorners
+    } else if half_pixel {
+        CoordMode::HalfPixel
+    } else {
+        CoordMode::Asymmetric
+    };
+    // Paddle's nearest rounds half up with align_corners and truncates otherwise.
+    let nearest_mode = if align_corners {
+        NearestMode::RoundPreferCeil
+    } else {
+        NearestMode::Floor
+    };
+    let resize = Resize {
+        mode,
+        coordinate_transformation_mode,
+        nearest_mode,
+        ..Default::default()
+    };
+    if c.input_opt("Scale")?.is_some() {
+        return Err(unsupported("interpolation with a Scale tensor input"));
+    }
+    let list = c.inputs("SizeTensor")?;
+    let hw = if !list.is_empty() {
+        Some(c.list_to_i64(&list)?)
+    } else if let Some(s) = c.input_opt("OutSize")? {
+        Some(c.to_i64(s)?)
+    } else {
+        let (h, w) = (c.int("out_h", -1)?, c.int("out_w", -1)?);
+        if h > 0 && w > 0 {
+            Some(c.i64s(&[h, w])?)
+        } else {
+            None
+        }
+    };
+    let out = match hw {
+        Some(hw) => {
+            let nc = c.add(
+                Shape {
+                    start: 0,
+                    end: Some(2),
+                },
+                &[x],
+            )?;
+            let sizes = c.add(Concat { axis: 0 }, &[nc, hw])?;
+            c.add_n(resize, &[Some(x), None, None, Some(sizes)], 1)?[0]
+        }
+        None => {
+            let scale = c.floats("scale")?.unwrap_or_default();
+            let (sh, sw) = match scale.as_slice() {
+                [s] => (*s, *s),
+                [h, w] => (*h, *w),
+                _ => return Err(invalid("interpolation needs an output size or a scale")),
+            };
+            if sh <= 0.0 || sw <= 0.0 {
+                return Err(invalid(format!("scale {scale:?} must be positive")));
+            }
+            let scales = Tensor::from_vec(&[4], vec![1.0f32, 1.0, sh as f32, sw as f32])
+                .map_err(|e| invalid(e.to_string()))?;
+            let scales = c.konst(scales);
+            c.add_n(resize, &[Some(x), None, Some(scales), None], 1)?[0]
+        }
+    };
+    c.set_out(out)
 }
 
 fn pool2d(c: &mut Ctx) -> MapResult {

@@ -381,6 +381,68 @@ fn unsqueeze_positions_follow_paddle() {
     assert!(unsqueeze_positions(1, &[5]).is_err());
 }
 
+/// Paddle's interpolation ops: nearest (truncating, asymmetric) and bilinear with
+/// align_corners, checked against hand-computed values.
+#[test]
+fn interpolation_maps_to_resize() {
+    let attrs = |align: bool, extra: Vec<Attr>| {
+        let mut v = vec![Attr {
+            name: "align_corners".into(),
+            r#type: attr_type::BOOLEAN,
+            b: align,
+            ..Default::default()
+        }];
+        v.extend(extra);
+        v
+    };
+    let x = || f32_tensor(&[1, 1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]);
+    let prog = |kind: &str, a: Vec<Attr>| {
+        program(
+            vec![
+                tensor_var("x", var_type::FP32, &[1, 1, 2, 2], false),
+                tensor_var("out", var_type::FP32, &[1, 1, -1, -1], false),
+            ],
+            vec![
+                feed("x", 0),
+                op(
+                    kind,
+                    vec![slot("X", &["x"])],
+                    vec![slot("Out", &["out"])],
+                    a,
+                ),
+                fetch("out", 0),
+            ],
+        )
+    };
+    let scale2 = Attr {
+        name: "scale".into(),
+        r#type: attr_type::FLOATS,
+        floats: vec![2.0, 2.0],
+        ..Default::default()
+    };
+    let got = run(
+        &prog("nearest_interp_v2", attrs(false, vec![scale2])),
+        HashMap::new(),
+        x(),
+    );
+    assert_eq!(got.shape(), &[1, 1, 4, 4]);
+    assert_eq!(
+        got.to_f64_vec(),
+        vec![1., 1., 2., 2., 1., 1., 2., 2., 3., 3., 4., 4., 3., 3., 4., 4.]
+    );
+    let size3 = vec![int_attr("out_h", 3), int_attr("out_w", 3)];
+    let got = run(
+        &prog("bilinear_interp_v2", attrs(true, size3)),
+        HashMap::new(),
+        x(),
+    );
+    assert_eq!(got.shape(), &[1, 1, 3, 3]);
+    assert_eq!(
+        got.to_f64_vec(),
+        vec![1., 1.5, 2., 2., 2.5, 3., 3., 3.5, 4.]
+    );
+}
+
 fn two_param_program() -> ProgramDesc {
     program(
         vec![
