@@ -3,8 +3,21 @@
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::extra::attention::Attention;
+use ferrolite_core::ops::extra::loss::{Loss, Reduction};
+use ferrolite_core::ops::extra::rms_norm::RmsNorm;
+use ferrolite_core::ops::extra::rotary::RotaryEmbedding;
+use ferrolite_core::ops::extra::swish::Swish;
+use ferrolite_core::ops::extra::tensor_scatter::TensorScatter;
 
-pub(super) const ENTRIES: &[(&str, MapFn)] = &[("Attention", attention)];
+pub(super) const ENTRIES: &[(&str, MapFn)] = &[
+    ("Attention", attention),
+    ("NegativeLogLikelihoodLoss", nll_loss),
+    ("SoftmaxCrossEntropyLoss", sce_loss),
+    ("RMSNormalization", rms_norm),
+    ("RotaryEmbedding", rotary_embedding),
+    ("Swish", swish),
+    ("TensorScatter", tensor_scatter),
+];
 
 fn heads(n: &NodeCtx, name: &str) -> Result<Option<usize>, MapError> {
     match n.int_opt(name)? {
@@ -32,5 +45,65 @@ fn attention(n: &NodeCtx) -> MapResult {
         softcap: n.float("softcap", 0.0)? as f64,
         softmax_precision: n.int_opt("softmax_precision")?,
         num_outputs: n.n_outputs().max(1),
+    })
+}
+
+fn loss(n: &NodeCtx, softmax: bool) -> MapResult {
+    let r = n.string("reduction", "mean")?;
+    let reduction = Reduction::parse(&r)
+        .ok_or_else(|| MapError::Invalid(format!("unknown reduction '{r}'")))?;
+    op(Loss {
+        softmax,
+        reduction,
+        ignore_index: n.int_opt("ignore_index")?,
+        num_outputs: n.n_outputs().max(1),
+    })
+}
+
+fn nll_loss(n: &NodeCtx) -> MapResult {
+    loss(n, false)
+}
+
+fn sce_loss(n: &NodeCtx) -> MapResult {
+    loss(n, true)
+}
+
+fn rms_norm(n: &NodeCtx) -> MapResult {
+    op(RmsNorm {
+        axis: n.int("axis", -1)?,
+        epsilon: n.float("epsilon", 1e-5)? as f64,
+        stash_type: n.int("stash_type", 1)?,
+    })
+}
+
+fn non_negative(n: &NodeCtx, name: &str) -> Result<usize, MapError> {
+    let v = n.int(name, 0)?;
+    usize::try_from(v)
+        .map_err(|_| MapError::Invalid(format!("{name} must not be negative, got {v}")))
+}
+
+fn rotary_embedding(n: &NodeCtx) -> MapResult {
+    op(RotaryEmbedding {
+        interleaved: n.int("interleaved", 0)? != 0,
+        rotary_embedding_dim: non_negative(n, "rotary_embedding_dim")?,
+        num_heads: non_negative(n, "num_heads")?,
+    })
+}
+
+fn swish(n: &NodeCtx) -> MapResult {
+    op(Swish {
+        alpha: n.float("alpha", 1.0)? as f64,
+    })
+}
+
+fn tensor_scatter(n: &NodeCtx) -> MapResult {
+    let circular = match n.string("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => return Err(MapError::Invalid(format!("unknown mode '{m}'"))),
+    };
+    op(TensorScatter {
+        axis: n.int("axis", -2)?,
+        circular,
     })
 }

@@ -2,3 +2,8 @@
 //! normalizations and embeddings, sampling grids, image/column rearrangements.
 
 pub mod attention;
+pub mod loss;
+pub mod rms_norm;
+pub mod rotary;
+pub mod swish;
+pub mod tensor_scatter;
