@@ -3,6 +3,7 @@
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::extra::attention::Attention;
+use ferrolite_core::ops::extra::grid::{AffineGrid, GridMode, GridPadding, GridSample};
 use ferrolite_core::ops::extra::loss::{Loss, Reduction};
 use ferrolite_core::ops::extra::rms_norm::RmsNorm;
 use ferrolite_core::ops::extra::rotary::RotaryEmbedding;
@@ -16,6 +17,8 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("RMSNormalization", rms_norm),
     ("RotaryEmbedding", rotary_embedding),
     ("Swish", swish),
+    ("GridSample", grid_sample),
+    ("AffineGrid", affine_grid),
     ("TensorScatter", tensor_scatter),
 ];
 
@@ -105,5 +108,35 @@ fn tensor_scatter(n: &NodeCtx) -> MapResult {
     op(TensorScatter {
         axis: n.int("axis", -2)?,
         circular,
+    })
+}
+
+fn grid_sample(n: &NodeCtx) -> MapResult {
+    // Opset 16 named the modes bilinear/bicubic; 20 renamed them linear/cubic.
+    let mode = match n
+        .string("mode", if n.opset < 20 { "bilinear" } else { "linear" })?
+        .as_str()
+    {
+        "linear" | "bilinear" => GridMode::Linear,
+        "nearest" => GridMode::Nearest,
+        "cubic" | "bicubic" => GridMode::Cubic,
+        m => return Err(MapError::Invalid(format!("unknown mode '{m}'"))),
+    };
+    let padding_mode = match n.string("padding_mode", "zeros")?.as_str() {
+        "zeros" => GridPadding::Zeros,
+        "border" => GridPadding::Border,
+        "reflection" => GridPadding::Reflection,
+        m => return Err(MapError::Invalid(format!("unknown padding_mode '{m}'"))),
+    };
+    op(GridSample {
+        mode,
+        padding_mode,
+        align_corners: n.int("align_corners", 0)? != 0,
+    })
+}
+
+fn affine_grid(n: &NodeCtx) -> MapResult {
+    op(AffineGrid {
+        align_corners: n.int("align_corners", 0)? != 0,
     })
 }

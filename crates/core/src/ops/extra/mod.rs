@@ -2,6 +2,7 @@
 //! normalizations and embeddings, sampling grids, image/column rearrangements.
 
 pub mod attention;
+pub mod grid;
 pub mod loss;
 pub mod rms_norm;
 pub mod rotary;
