@@ -3,9 +3,12 @@
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::extra::attention::Attention;
+use ferrolite_core::ops::extra::center_crop_pad::CenterCropPad;
 use ferrolite_core::ops::extra::grid::{AffineGrid, GridMode, GridPadding, GridSample};
 use ferrolite_core::ops::extra::loss::{Loss, Reduction};
+use ferrolite_core::ops::extra::max_unpool::MaxUnpool;
 use ferrolite_core::ops::extra::rms_norm::RmsNorm;
+use ferrolite_core::ops::extra::roi_align::RoiAlign;
 use ferrolite_core::ops::extra::rotary::RotaryEmbedding;
 use ferrolite_core::ops::extra::swish::Swish;
 use ferrolite_core::ops::extra::tensor_scatter::TensorScatter;
@@ -17,6 +20,9 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("RMSNormalization", rms_norm),
     ("RotaryEmbedding", rotary_embedding),
     ("Swish", swish),
+    ("CenterCropPad", center_crop_pad),
+    ("MaxUnpool", max_unpool),
+    ("RoiAlign", roi_align),
     ("GridSample", grid_sample),
     ("AffineGrid", affine_grid),
     ("TensorScatter", tensor_scatter),
@@ -138,5 +144,61 @@ fn grid_sample(n: &NodeCtx) -> MapResult {
 fn affine_grid(n: &NodeCtx) -> MapResult {
     op(AffineGrid {
         align_corners: n.int("align_corners", 0)? != 0,
+    })
+}
+
+fn center_crop_pad(n: &NodeCtx) -> MapResult {
+    op(CenterCropPad {
+        axes: n.ints("axes")?,
+    })
+}
+
+fn max_unpool(n: &NodeCtx) -> MapResult {
+    let kernel_shape = n
+        .ints("kernel_shape")?
+        .ok_or_else(|| MapError::Invalid("kernel_shape is required".into()))?;
+    op(MaxUnpool {
+        kernel_shape,
+        pads: n.ints("pads")?.unwrap_or_default(),
+        strides: n.ints("strides")?.unwrap_or_default(),
+    })
+}
+
+fn roi_align(n: &NodeCtx) -> MapResult {
+    // Opset 10 had no coordinate_transformation_mode and behaved as output_half_pixel.
+    let default_ctm = if n.opset < 16 {
+        "output_half_pixel"
+    } else {
+        "half_pixel"
+    };
+    let half_pixel = match n
+        .string("coordinate_transformation_mode", default_ctm)?
+        .as_str()
+    {
+        "half_pixel" => true,
+        "output_half_pixel" => false,
+        m => {
+            return Err(MapError::Invalid(format!(
+                "unknown coordinate_transformation_mode '{m}'"
+            )))
+        }
+    };
+    let max_mode = match n.string("mode", "avg")?.as_str() {
+        "avg" => false,
+        "max" => true,
+        m => return Err(MapError::Invalid(format!("unknown mode '{m}'"))),
+    };
+    let dim = |name: &str, d: i64| -> Result<usize, MapError> {
+        let v = n.int(name, d)?;
+        usize::try_from(v)
+            .map_err(|_| MapError::Invalid(format!("{name} must not be negative, got {v}")))
+    };
+    op(RoiAlign {
+        half_pixel,
+        max_mode,
+        output_height: dim("output_height", 1)?,
+        output_width: dim("output_width", 1)?,
+        sampling_ratio: dim("sampling_ratio", 0)?,
+        spatial_scale: n.float("spatial_scale", 1.0)? as f64,
     })
 }

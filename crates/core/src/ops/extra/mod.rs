@@ -2,9 +2,12 @@
 //! normalizations and embeddings, sampling grids, image/column rearrangements.
 
 pub mod attention;
+pub mod center_crop_pad;
 pub mod grid;
 pub mod loss;
+pub mod max_unpool;
 pub mod rms_norm;
+pub mod roi_align;
 pub mod rotary;
 pub mod swish;
 pub mod tensor_scatter;
