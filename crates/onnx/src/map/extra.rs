@@ -4,6 +4,7 @@
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::extra::attention::Attention;
 use ferrolite_core::ops::extra::center_crop_pad::CenterCropPad;
+use ferrolite_core::ops::extra::col2im::Col2Im;
 use ferrolite_core::ops::extra::grid::{AffineGrid, GridMode, GridPadding, GridSample};
 use ferrolite_core::ops::extra::loss::{Loss, Reduction};
 use ferrolite_core::ops::extra::max_unpool::MaxUnpool;
@@ -20,6 +21,7 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("RMSNormalization", rms_norm),
     ("RotaryEmbedding", rotary_embedding),
     ("Swish", swish),
+    ("Col2Im", col2im),
     ("CenterCropPad", center_crop_pad),
     ("MaxUnpool", max_unpool),
     ("RoiAlign", roi_align),
@@ -200,5 +202,13 @@ fn roi_align(n: &NodeCtx) -> MapResult {
         output_width: dim("output_width", 1)?,
         sampling_ratio: dim("sampling_ratio", 0)?,
         spatial_scale: n.float("spatial_scale", 1.0)? as f64,
+    })
+}
+
+fn col2im(n: &NodeCtx) -> MapResult {
+    op(Col2Im {
+        dilations: n.ints("dilations")?.unwrap_or_default(),
+        pads: n.ints("pads")?.unwrap_or_default(),
+        strides: n.ints("strides")?.unwrap_or_default(),
     })
 }

@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod center_crop_pad;
+pub mod col2im;
 pub mod grid;
 pub mod loss;
 pub mod max_unpool;
