@@ -5,6 +5,7 @@ use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::extra::attention::Attention;
 use ferrolite_core::ops::extra::center_crop_pad::CenterCropPad;
 use ferrolite_core::ops::extra::col2im::Col2Im;
+use ferrolite_core::ops::extra::deform_conv::DeformConv;
 use ferrolite_core::ops::extra::grid::{AffineGrid, GridMode, GridPadding, GridSample};
 use ferrolite_core::ops::extra::loss::{Loss, Reduction};
 use ferrolite_core::ops::extra::max_unpool::MaxUnpool;
@@ -21,6 +22,7 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("RMSNormalization", rms_norm),
     ("RotaryEmbedding", rotary_embedding),
     ("Swish", swish),
+    ("DeformConv", deform_conv),
     ("Col2Im", col2im),
     ("CenterCropPad", center_crop_pad),
     ("MaxUnpool", max_unpool),
@@ -208,6 +210,24 @@ fn roi_align(n: &NodeCtx) -> MapResult {
 fn col2im(n: &NodeCtx) -> MapResult {
     op(Col2Im {
         dilations: n.ints("dilations")?.unwrap_or_default(),
+        pads: n.ints("pads")?.unwrap_or_default(),
+        strides: n.ints("strides")?.unwrap_or_default(),
+    })
+}
+
+fn deform_conv(n: &NodeCtx) -> MapResult {
+    let count = |name: &str| -> Result<usize, MapError> {
+        let v = n.int(name, 1)?;
+        usize::try_from(v)
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| MapError::Invalid(format!("{name} must be positive, got {v}")))
+    };
+    op(DeformConv {
+        dilations: n.ints("dilations")?.unwrap_or_default(),
+        group: count("group")?,
+        kernel_shape: n.ints("kernel_shape")?.unwrap_or_default(),
+        offset_group: count("offset_group")?,
         pads: n.ints("pads")?.unwrap_or_default(),
         strides: n.ints("strides")?.unwrap_or_default(),
     })

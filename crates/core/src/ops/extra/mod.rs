@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod center_crop_pad;
 pub mod col2im;
+pub mod deform_conv;
 pub mod grid;
 pub mod loss;
 pub mod max_unpool;
