@@ -3,6 +3,7 @@
 //! implementation and tests. Frontends map their ops onto these; kernels implement them.
 
 pub mod elementwise;
+pub mod extra;
 pub mod linalg;
 pub mod nn;
 pub mod shape;

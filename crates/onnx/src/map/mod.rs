@@ -10,6 +10,7 @@ use ferrolite_core::{Op, Tensor};
 use std::sync::Arc;
 
 mod elementwise;
+mod extra;
 mod linalg;
 mod nn;
 mod shape;
@@ -51,6 +52,7 @@ pub fn supported_ops() -> Vec<&'static str> {
 /// mapping functions.
 const TABLES: &[&[(&str, MapFn)]] = &[
     elementwise::ENTRIES,
+    extra::ENTRIES,
     linalg::ENTRIES,
     nn::ENTRIES,
     shape::ENTRIES,
