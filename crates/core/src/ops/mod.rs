@@ -4,6 +4,8 @@
 
 pub mod elementwise;
 pub mod linalg;
+pub mod misc;
 pub mod nn;
+pub mod seq;
 pub mod shape;
 pub mod util;

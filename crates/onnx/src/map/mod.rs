@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 mod elementwise;
 mod linalg;
+mod misc;
 mod nn;
 mod shape;
 
@@ -52,6 +53,7 @@ pub fn supported_ops() -> Vec<&'static str> {
 const TABLES: &[&[(&str, MapFn)]] = &[
     elementwise::ENTRIES,
     linalg::ENTRIES,
+    misc::ENTRIES,
     nn::ENTRIES,
     shape::ENTRIES,
 ];
