@@ -72,33 +72,33 @@ fn group<T: Elem>(x: &Tensor, axis: Option<usize>, sorted: bool) -> OpResult<Gro
                 .collect()
         })
         .collect();
+    // Sort slice indices by value (stable, so each run starts at its first occurrence), then
+    // number the runs: O(n log n) comparisons rather than comparing every pair.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| cmp(&slices[i], &slices[j]));
     let mut first: Vec<usize> = Vec::new();
+    let mut counts: Vec<usize> = Vec::new();
     let mut inverse = vec![0usize; n];
-    for i in 0..n {
-        match first
-            .iter()
-            .position(|&f| cmp(&slices[f], &slices[i]) == Ordering::Equal)
-        {
-            Some(k) => inverse[i] = k,
-            None => {
-                inverse[i] = first.len();
-                first.push(i);
-            }
+    for (p, &i) in order.iter().enumerate() {
+        if p == 0 || cmp(&slices[order[p - 1]], &slices[i]) != Ordering::Equal {
+            first.push(i);
+            counts.push(0);
+        }
+        inverse[i] = first.len() - 1;
+        if let Some(c) = counts.last_mut() {
+            *c += 1;
         }
     }
-    let mut counts = vec![0usize; first.len()];
-    for &k in &inverse {
-        counts[k] += 1;
-    }
-    if sorted {
-        let mut order: Vec<usize> = (0..first.len()).collect();
-        order.sort_by(|&a, &b| cmp(&slices[first[a]], &slices[first[b]]));
-        let mut rank = vec![0usize; order.len()];
-        for (r, &k) in order.iter().enumerate() {
+    if !sorted {
+        // First-occurrence order: renumber the groups by their first index.
+        let mut by_first: Vec<usize> = (0..first.len()).collect();
+        by_first.sort_by_key(|&k| first[k]);
+        let mut rank = vec![0usize; by_first.len()];
+        for (r, &k) in by_first.iter().enumerate() {
             rank[k] = r;
         }
-        first = order.iter().map(|&k| first[k]).collect();
-        counts = order.iter().map(|&k| counts[k]).collect();
+        first = by_first.iter().map(|&k| first[k]).collect();
+        counts = by_first.iter().map(|&k| counts[k]).collect();
         for k in inverse.iter_mut() {
             *k = rank[*k];
         }

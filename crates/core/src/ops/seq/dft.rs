@@ -5,7 +5,9 @@
 
 use crate::op::{input, optional, output, required, Prototype};
 use crate::ops::util::read_i64s;
-use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
+use crate::{
+    op_bail, op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo,
+};
 use std::f64::consts::PI;
 
 /// Transforms `len` samples (complex, read through `sample`) into `bins` output bins of an
@@ -147,7 +149,8 @@ impl Op for Dft {
         let last = shape.len() - 1;
         shape[last] = 2;
         let xv = x.to_f64_vec();
-        let mut out = vec![0.0f64; crate::tensor::checked_numel(&shape)?];
+        let mut out_t = Tensor::zeros(DType::F64, &shape)?;
+        let out = out_t.as_mut_slice::<f64>()?;
         let mut buf = vec![0.0f64; 2 * bins];
         for o in 0..outer {
             for i in 0..inner {
@@ -164,7 +167,7 @@ impl Op for Dft {
                 }
             }
         }
-        Ok(vec![Tensor::from_vec(&shape, out)?.cast(x.dtype())?])
+        Ok(vec![out_t.cast(x.dtype())?])
     }
 }
 
@@ -285,8 +288,8 @@ impl Op for Stft {
         )?;
         let xv = x.to_f64_vec();
         let wv = window.map(|w| w.to_f64_vec());
-        let shape = [b, frames, bins, 2];
-        let mut out = vec![0.0f64; crate::tensor::checked_numel(&shape)?];
+        let mut out_t = Tensor::zeros(DType::F64, &[b, frames, bins, 2])?;
+        let out = out_t.as_mut_slice::<f64>()?;
         for bi in 0..b {
             for f in 0..frames {
                 let sample = |j: usize| {
@@ -298,7 +301,7 @@ impl Op for Stft {
                 transform(sample, fl, fl, bins, false, &mut out[o..o + bins * 2]);
             }
         }
-        Ok(vec![Tensor::from_vec(&shape, out)?.cast(x.dtype())?])
+        Ok(vec![out_t.cast(x.dtype())?])
     }
 }
 

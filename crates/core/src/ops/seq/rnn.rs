@@ -267,8 +267,13 @@ fn resolve(attrs: &RecurrentAttrs, cell: Cell, shapes: &[Option<&[usize]>]) -> O
         hidden,
         dirs,
     };
+    op_ensure!(
+        hidden == r[2],
+        "hidden_size is {hidden} but input 2 (R) has shape {r:?}"
+    );
     let gh = g
         .checked_mul(hidden)
+        .filter(|gh| gh.checked_mul(2).is_some())
         .ok_or_else(|| OpError("hidden_size is too large".into()))?;
     expect_shape(shapes, W, &[dirs, gh, d.input], "W")?;
     let _ = w;
@@ -386,8 +391,10 @@ fn run(attrs: &RecurrentAttrs, cell: Cell, inputs: &[Option<&Tensor>]) -> OpResu
         Some(t) => t.to_f64_vec(),
         None => vec![0.0; state_numel],
     };
-    let y_info = &output_infos(attrs, d, dtype)[0];
-    let mut y = vec![0.0f64; crate::tensor::checked_numel(&y_info.shape)?];
+    let infos = output_infos(attrs, d, dtype);
+    // Allocated as a tensor so that absurd sizes are refused rather than aborting.
+    let mut y_t = Tensor::zeros(DType::F64, &infos[0].shape)?;
+    let y = y_t.as_mut_slice::<f64>()?;
 
     let defaults = cell.default_activations();
     let n_act = defaults.len();
@@ -468,8 +475,8 @@ fn run(attrs: &RecurrentAttrs, cell: Cell, inputs: &[Option<&Tensor>]) -> OpResu
                         hprev.copy_from_slice(&hn);
                     }
                     Cell::Lstm { input_forget } => {
-                        for k in 0..gh {
-                            pre[k] += rdot(k, &hprev) + bias_at(rb, k);
+                        for (k, p) in pre.iter_mut().enumerate() {
+                            *p += rdot(k, &hprev) + bias_at(rb, k);
                         }
                         let p = |gate: usize, j: usize| pd.map_or(0.0, |p| p[gate * h + j]);
                         for j in 0..h {
@@ -498,8 +505,7 @@ fn run(attrs: &RecurrentAttrs, cell: Cell, inputs: &[Option<&Tensor>]) -> OpResu
         }
     }
 
-    let infos = output_infos(attrs, d, dtype);
-    let mut outs = vec![Tensor::from_vec(&infos[0].shape, y)?.cast(dtype)?];
+    let mut outs = vec![y_t.cast(dtype)?];
     if attrs.num_outputs > 1 {
         outs.push(Tensor::from_vec(&infos[1].shape, hs)?.cast(dtype)?);
     }

@@ -31,25 +31,31 @@ impl Window {
         }
     }
 
-    pub fn values(&self, size: usize) -> Vec<f64> {
+    /// Fills `out` with the window of `out.len()` samples.
+    pub fn fill(&self, out: &mut [f64]) {
+        let size = out.len();
         let denom = if self.periodic {
             size
         } else {
             size.saturating_sub(1)
         } as f64;
-        (0..size)
-            .map(|n| {
-                let x = 2.0 * PI * n as f64 / denom;
-                match self.kind {
-                    WindowKind::Hann => 0.5 - 0.5 * x.cos(),
-                    WindowKind::Hamming => {
-                        let a = 25.0 / 46.0;
-                        a - (1.0 - a) * x.cos()
-                    }
-                    WindowKind::Blackman => 0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos(),
+        for (n, o) in out.iter_mut().enumerate() {
+            let x = 2.0 * PI * n as f64 / denom;
+            *o = match self.kind {
+                WindowKind::Hann => 0.5 - 0.5 * x.cos(),
+                WindowKind::Hamming => {
+                    let a = 25.0 / 46.0;
+                    a - (1.0 - a) * x.cos()
                 }
-            })
-            .collect()
+                WindowKind::Blackman => 0.42 - 0.5 * x.cos() + 0.08 * (2.0 * x).cos(),
+            };
+        }
+    }
+
+    pub fn values(&self, size: usize) -> Vec<f64> {
+        let mut v = vec![0.0; size];
+        self.fill(&mut v);
+        v
     }
 }
 
@@ -104,8 +110,9 @@ impl Op for Window {
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let n = window_size(required(inputs, 0)?)?;
-        let v = self.values(n);
-        Ok(vec![Tensor::from_vec(&[n], v)?.cast(self.dtype)?])
+        let mut t = Tensor::zeros(DType::F64, &[n])?;
+        self.fill(t.as_mut_slice::<f64>()?);
+        Ok(vec![t.cast(self.dtype)?])
     }
 }
 
@@ -134,14 +141,7 @@ fn mel_sizes(bins: &Tensor, dft: &Tensor, rate: &Tensor) -> OpResult<(usize, usi
 
 impl MelWeightMatrix {
     /// The matrix, row-major `[dft_length / 2 + 1, num_mel_bins]`.
-    pub fn matrix(
-        &self,
-        m: usize,
-        dft: usize,
-        rate: usize,
-        lo: f32,
-        hi: f32,
-    ) -> OpResult<Vec<f64>> {
+    pub fn matrix(&self, m: usize, dft: usize, rate: usize, lo: f32, hi: f32) -> OpResult<Tensor> {
         let rows = dft / 2 + 1;
         // Mel edges in f32 as the reference computes them, bin positions in f64.
         let mel = |f: f32| 2595.0f32 * (1.0f32 + f / 700.0).log10();
@@ -154,7 +154,8 @@ impl MelWeightMatrix {
                 (((dft + 1) as f64 * hz) / rate as f64).floor() as i64
             })
             .collect();
-        let mut out = vec![0.0f64; crate::tensor::checked_numel(&[rows, m])?];
+        let mut t = Tensor::zeros(DType::F64, &[rows, m])?;
+        let out = t.as_mut_slice::<f64>()?;
         let mut set = |j: i64, i: usize, v: f64| -> OpResult<()> {
             if j < 0 || j as usize >= rows {
                 op_bail!("mel bin edge {j} lies outside the {rows} spectrogram bins");
@@ -177,7 +178,7 @@ impl MelWeightMatrix {
                 }
             }
         }
-        Ok(out)
+        Ok(t)
     }
 }
 
@@ -210,8 +211,7 @@ impl Op for MelWeightMatrix {
         )?;
         let lo = scalar_f64(required(inputs, 3)?, "input 3 (lower_edge_hertz)")? as f32;
         let hi = scalar_f64(required(inputs, 4)?, "input 4 (upper_edge_hertz)")? as f32;
-        let v = self.matrix(m, d, r, lo, hi)?;
-        Ok(vec![Tensor::from_vec(&[d / 2 + 1, m], v)?.cast(self.dtype)?])
+        Ok(vec![self.matrix(m, d, r, lo, hi)?.cast(self.dtype)?])
     }
 }
 
@@ -245,9 +245,10 @@ mod tests {
     fn mel_filters_are_triangles() {
         // One filter, 8-point DFT at 8 Hz covering 0..4 Hz: edges floor(9·hz/8) of
         // 0, ~1.2, ~2.6 Hz -> bins 0, 1, 2; a triangle rising at bin 1 and falling at bin 2.
-        let m = MelWeightMatrix::default()
+        let t = MelWeightMatrix::default()
             .matrix(1, 8, 8, 0.0, 4.0)
             .unwrap();
+        let m = t.to_f64_vec();
         assert_eq!(m.len(), 5);
         assert_eq!(m[0], 0.0);
         assert_eq!(m[1], 1.0);
