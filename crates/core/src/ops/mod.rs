@@ -5,6 +5,8 @@
 pub mod elementwise;
 pub mod extra;
 pub mod linalg;
+pub mod misc;
 pub mod nn;
+pub mod seq;
 pub mod shape;
 pub mod util;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 mod elementwise;
 mod extra;
 mod linalg;
+mod misc;
 mod nn;
 mod shape;
 
@@ -54,6 +55,7 @@ const TABLES: &[&[(&str, MapFn)]] = &[
     elementwise::ENTRIES,
     extra::ENTRIES,
     linalg::ENTRIES,
+    misc::ENTRIES,
     nn::ENTRIES,
     shape::ENTRIES,
 ];
