@@ -5,5 +5,6 @@
 pub mod elementwise;
 pub mod linalg;
 pub mod nn;
+pub mod quant;
 pub mod shape;
 pub mod util;

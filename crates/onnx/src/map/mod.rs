@@ -12,6 +12,7 @@ use std::sync::Arc;
 mod elementwise;
 mod linalg;
 mod nn;
+mod quant;
 mod shape;
 
 /// Why a node could not be mapped.
@@ -53,6 +54,7 @@ const TABLES: &[&[(&str, MapFn)]] = &[
     elementwise::ENTRIES,
     linalg::ENTRIES,
     nn::ENTRIES,
+    quant::ENTRIES,
     shape::ENTRIES,
 ];
 
