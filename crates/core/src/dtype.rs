@@ -21,11 +21,19 @@ pub enum DType {
     I64,
     U64,
     Bool,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    F8E8M0,
+    F4E2M1,
+    I4,
+    U4,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 21] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -39,6 +47,14 @@ impl DType {
         DType::I64,
         DType::U64,
         DType::Bool,
+        DType::F8E4M3FN,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2,
+        DType::F8E5M2FNUZ,
+        DType::F8E8M0,
+        DType::F4E2M1,
+        DType::I4,
+        DType::U4,
     ];
 
     /// Bytes per element.
@@ -48,6 +64,15 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            // Low-precision types take one byte per element in memory.
+            DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F8E8M0
+            | DType::F4E2M1
+            | DType::I4
+            | DType::U4 => 1,
         }
     }
 
@@ -66,6 +91,14 @@ impl DType {
             DType::I64 => "i64",
             DType::U64 => "u64",
             DType::Bool => "bool",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DType::F8E5M2 => "f8e5m2",
+            DType::F8E5M2FNUZ => "f8e5m2fnuz",
+            DType::F8E8M0 => "f8e8m0",
+            DType::F4E2M1 => "f4e2m1",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
         }
     }
 
@@ -92,13 +125,23 @@ impl DType {
         )
     }
 
+    /// The float8/float4/int4 storage types ([`DTypeSet::LOW_PRECISION`]).
+    pub fn is_low_precision(self) -> bool {
+        DTypeSet::LOW_PRECISION.contains(self)
+    }
+
+    /// Float8 and float4 types.
+    pub fn is_minifloat(self) -> bool {
+        self.is_low_precision() && !matches!(self, DType::I4 | DType::U4)
+    }
+
     pub fn is_signed_int(self) -> bool {
         matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
     }
 
     /// Bit for this dtype in a [`DTypeSet`].
-    pub const fn bit(self) -> u16 {
-        1 << (self as u16)
+    pub const fn bit(self) -> u32 {
+        1 << (self as u32)
     }
 }
 
@@ -110,7 +153,7 @@ impl fmt::Display for DType {
 
 /// A set of dtypes, used by operator prototypes to declare what an input accepts.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DTypeSet(pub u16);
+pub struct DTypeSet(pub u32);
 
 impl DTypeSet {
     pub const FLOAT: DTypeSet =
@@ -124,6 +167,20 @@ impl DTypeSet {
     pub const SIGNED: DTypeSet = DTypeSet(Self::FLOAT.0 | Self::SIGNED_INT.0);
     pub const BOOL: DTypeSet = DTypeSet(DType::Bool.bit());
     pub const ALL: DTypeSet = DTypeSet(Self::NUMERIC.0 | Self::BOOL.0);
+    /// Float8, float4 and 4-bit integer storage types: only casts, quantization and ops that
+    /// move bytes accept them.
+    pub const LOW_PRECISION: DTypeSet = DTypeSet(
+        DType::F8E4M3FN.bit()
+            | DType::F8E4M3FNUZ.bit()
+            | DType::F8E5M2.bit()
+            | DType::F8E5M2FNUZ.bit()
+            | DType::F8E8M0.bit()
+            | DType::F4E2M1.bit()
+            | DType::I4.bit()
+            | DType::U4.bit(),
+    );
+    /// [`DTypeSet::ALL`] plus the low-precision types: for ops that only move elements.
+    pub const ANY: DTypeSet = DTypeSet(Self::ALL.0 | Self::LOW_PRECISION.0);
     /// Index tensors: i32 or i64.
     pub const INDEX: DTypeSet = DTypeSet(DType::I32.bit() | DType::I64.bit());
     pub const I64: DTypeSet = DTypeSet(DType::I64.bit());
@@ -348,6 +405,38 @@ macro_rules! dispatch_all {
                 type $T = u64;
                 $body
             }
+            $crate::DType::F8E4M3FN => {
+                type $T = $crate::lowp::F8E4M3FN;
+                $body
+            }
+            $crate::DType::F8E4M3FNUZ => {
+                type $T = $crate::lowp::F8E4M3FNUZ;
+                $body
+            }
+            $crate::DType::F8E5M2 => {
+                type $T = $crate::lowp::F8E5M2;
+                $body
+            }
+            $crate::DType::F8E5M2FNUZ => {
+                type $T = $crate::lowp::F8E5M2FNUZ;
+                $body
+            }
+            $crate::DType::F8E8M0 => {
+                type $T = $crate::lowp::F8E8M0;
+                $body
+            }
+            $crate::DType::F4E2M1 => {
+                type $T = $crate::lowp::F4E2M1;
+                $body
+            }
+            $crate::DType::I4 => {
+                type $T = $crate::lowp::I4;
+                $body
+            }
+            $crate::DType::U4 => {
+                type $T = $crate::lowp::U4;
+                $body
+            }
         }
     };
 }
@@ -397,6 +486,10 @@ mod tests {
         assert!(!DTypeSet::FLOAT.contains(DType::I32));
         assert!(DTypeSet::NUMERIC.contains(DType::U64));
         assert!(!DTypeSet::NUMERIC.contains(DType::Bool));
+        assert!(!DTypeSet::NUMERIC.contains(DType::F8E4M3FN));
+        assert!(!DTypeSet::ALL.contains(DType::I4));
+        assert!(DTypeSet::ANY.contains(DType::U4));
+        assert!(DType::F4E2M1.is_minifloat() && !DType::I4.is_minifloat());
         assert_eq!(format!("{:?}", DTypeSet::INDEX), "{i32, i64}");
     }
 

@@ -8,6 +8,7 @@ pub mod dtype;
 pub mod error;
 pub mod graph;
 pub mod infer;
+pub mod lowp;
 pub mod op;
 pub mod ops;
 pub mod passes;

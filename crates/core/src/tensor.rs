@@ -219,8 +219,9 @@ impl Tensor {
         })
     }
 
-    /// Converts to another dtype. Float to int truncates toward zero and saturates, NaN becomes 0;
-    /// anything to bool is `!= 0`.
+    /// Converts to another dtype. Float to int truncates toward zero and saturates, NaN becomes 0
+    /// (to int4/uint4 it wraps modulo 16, as ONNX's reference does); to float8 rounds to nearest
+    /// even and saturates; anything to bool is `!= 0`.
     pub fn cast(&self, to: DType) -> Result<Tensor> {
         if to == self.dtype {
             return Ok(self.clone());
@@ -243,7 +244,9 @@ fn cast_slice<S: Elem, D: Elem>(src: &[S], dst: &mut [D], from: DType, to: DType
         for (d, s) in dst.iter_mut().zip(src) {
             *d = D::from_i64((s.to_f64() != 0.0) as i64);
         }
-    } else if from.is_float() || to.is_float() {
+    } else if from.is_float() || to.is_float() || from.is_minifloat() || to.is_minifloat() {
+        // Minifloats convert through f64 (exact for every source value); to float8 this
+        // saturates, ONNX's default.
         for (d, s) in dst.iter_mut().zip(src) {
             *d = D::from_f64(s.to_f64());
         }

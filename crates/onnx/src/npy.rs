@@ -59,7 +59,15 @@ fn descr_of(d: DType) -> Result<&'static str> {
         DType::I64 => "<i8",
         DType::U64 => "<u8",
         DType::Bool => "|b1",
-        DType::BF16 => return Err(bad("bf16 has no NumPy dtype")),
+        DType::BF16
+        | DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1
+        | DType::I4
+        | DType::U4 => return Err(bad(format!("{d} has no NumPy dtype"))),
     })
 }
 

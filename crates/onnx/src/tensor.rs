@@ -20,6 +20,14 @@ pub fn dtype_of(t: i32) -> Option<DType> {
         data_type::INT64 => DType::I64,
         data_type::UINT64 => DType::U64,
         data_type::BOOL => DType::Bool,
+        data_type::FLOAT8E4M3FN => DType::F8E4M3FN,
+        data_type::FLOAT8E4M3FNUZ => DType::F8E4M3FNUZ,
+        data_type::FLOAT8E5M2 => DType::F8E5M2,
+        data_type::FLOAT8E5M2FNUZ => DType::F8E5M2FNUZ,
+        data_type::FLOAT8E8M0 => DType::F8E8M0,
+        data_type::FLOAT4E2M1 => DType::F4E2M1,
+        data_type::INT4 => DType::I4,
+        data_type::UINT4 => DType::U4,
         _ => return None,
     })
 }
@@ -40,6 +48,61 @@ pub fn onnx_type_of(d: DType) -> i32 {
         DType::I64 => data_type::INT64,
         DType::U64 => data_type::UINT64,
         DType::Bool => data_type::BOOL,
+        DType::F8E4M3FN => data_type::FLOAT8E4M3FN,
+        DType::F8E4M3FNUZ => data_type::FLOAT8E4M3FNUZ,
+        DType::F8E5M2 => data_type::FLOAT8E5M2,
+        DType::F8E5M2FNUZ => data_type::FLOAT8E5M2FNUZ,
+        DType::F8E8M0 => data_type::FLOAT8E8M0,
+        DType::F4E2M1 => data_type::FLOAT4E2M1,
+        DType::I4 => data_type::INT4,
+        DType::U4 => data_type::UINT4,
+    }
+}
+
+/// INT4, UINT4 and FLOAT4E2M1 are packed two per byte in files.
+fn is_nibble(d: DType) -> bool {
+    matches!(d, DType::I4 | DType::U4 | DType::F4E2M1)
+}
+
+/// Bytes `numel` elements of `d` take in a file.
+fn stored_len(d: DType, numel: usize) -> Option<usize> {
+    if is_nibble(d) {
+        Some(numel.div_ceil(2))
+    } else {
+        numel.checked_mul(d.size())
+    }
+}
+
+/// Unpacks nibbles (low nibble first) into one byte per element; INT4 is sign-extended.
+fn unpack_nibbles(d: DType, packed: &[u8], numel: usize) -> Vec<u8> {
+    (0..numel)
+        .map(|i| {
+            let b = packed.get(i / 2).copied().unwrap_or(0);
+            let n = if i % 2 == 0 { b & 0xF } else { b >> 4 };
+            if d == DType::I4 {
+                (((n << 4) as i8) >> 4) as u8
+            } else {
+                n
+            }
+        })
+        .collect()
+}
+
+/// Packs one byte per element into nibbles, low nibble first; an odd count pads with 0.
+fn pack_nibbles(bytes: &[u8]) -> Vec<u8> {
+    bytes
+        .chunks(2)
+        .map(|c| (c[0] & 0xF) | (c.get(1).copied().unwrap_or(0) & 0xF) << 4)
+        .collect()
+}
+
+/// A tensor from its stored bytes (packed for the 4-bit types).
+fn from_stored(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+    if is_nibble(dtype) {
+        let numel = checked_numel(shape)?;
+        Tensor::from_bytes(dtype, shape, &unpack_nibbles(dtype, bytes, numel))
+    } else {
+        Tensor::from_bytes(dtype, shape, bytes)
     }
 }
 
@@ -72,14 +135,12 @@ pub fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
         shape.push(d as usize);
     }
     let numel = checked_numel(&shape).map_err(|e| bad(t, e))?;
-    let nbytes = numel
-        .checked_mul(dtype.size())
-        .ok_or_else(|| bad(t, "too large"))?;
+    let nbytes = stored_len(dtype, numel).ok_or_else(|| bad(t, "too large"))?;
 
     if t.data_location == tensor_proto::DATA_LOCATION_EXTERNAL {
         let dir = base_dir.ok_or_else(|| bad(t, "external data needs the model's folder"))?;
         let bytes = crate::external::read(t, dir, nbytes)?;
-        return Tensor::from_bytes(dtype, &shape, &bytes).map_err(|e| bad(t, e));
+        return from_stored(dtype, &shape, &bytes).map_err(|e| bad(t, e));
     }
     if !t.raw_data.is_empty() || numel == 0 {
         if t.raw_data.len() != nbytes {
@@ -91,7 +152,7 @@ pub fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
                 ),
             ));
         }
-        return Tensor::from_bytes(dtype, &shape, &t.raw_data).map_err(|e| bad(t, e));
+        return from_stored(dtype, &shape, &t.raw_data).map_err(|e| bad(t, e));
     }
     // Typed fields. Their element counts come from the file, so compare before converting.
     let check = |n: usize| -> Result<()> {
@@ -132,6 +193,24 @@ pub fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
                 .collect();
             Tensor::from_bytes(dtype, &shape, &bits)
         }
+        DType::F8E4M3FN | DType::F8E4M3FNUZ | DType::F8E5M2 | DType::F8E5M2FNUZ | DType::F8E8M0 => {
+            // One bit pattern per int32.
+            check(t.int32_data.len())?;
+            let bits: Vec<u8> = t.int32_data.iter().map(|&v| v as u8).collect();
+            Tensor::from_bytes(dtype, &shape, &bits)
+        }
+        DType::I4 | DType::U4 | DType::F4E2M1 => {
+            // One packed byte (two elements) per int32.
+            let n = t.int32_data.len();
+            if n != numel.div_ceil(2) {
+                return Err(bad(
+                    t,
+                    format!("shape {shape:?} of {dtype} needs {nbytes} packed values, found {n}"),
+                ));
+            }
+            let packed: Vec<u8> = t.int32_data.iter().map(|&v| v as u8).collect();
+            from_stored(dtype, &shape, &packed)
+        }
         DType::I32 | DType::I16 | DType::I8 | DType::U16 | DType::U8 | DType::Bool => {
             check(t.int32_data.len())?;
             let v = Tensor::from_slice(&shape, &t.int32_data)?;
@@ -147,7 +226,11 @@ pub fn encode(name: &str, t: &Tensor) -> TensorProto {
         name: name.to_string(),
         dims: t.shape().iter().map(|&d| d as i64).collect(),
         data_type: onnx_type_of(t.dtype()),
-        raw_data: t.bytes().to_vec(),
+        raw_data: if is_nibble(t.dtype()) {
+            pack_nibbles(t.bytes())
+        } else {
+            t.bytes().to_vec()
+        },
         ..Default::default()
     }
 }
@@ -209,6 +292,33 @@ mod tests {
         let back = decode(&encode("x", &x), None).unwrap();
         assert_eq!(back.shape(), x.shape());
         assert_eq!(back.as_slice::<i16>().unwrap(), &[1, -2, 3, -4]);
+    }
+
+    #[test]
+    fn low_precision() {
+        // Five INT4 values packed low nibble first, the last byte padded.
+        let mut p = proto(data_type::INT4, &[5]);
+        p.raw_data = vec![0x8F, 0x17, 0x03];
+        let t = decode(&p, None).unwrap();
+        assert_eq!(t.dtype(), DType::I4);
+        assert_eq!(t.to_i64_vec(), [-1, -8, 7, 1, 3]);
+        assert_eq!(encode("x", &t).raw_data, [0x8F, 0x17, 0x03]);
+        let mut p = proto(data_type::UINT4, &[3]);
+        p.int32_data = vec![0x8F, 0x0A];
+        assert_eq!(decode(&p, None).unwrap().to_i64_vec(), [15, 8, 10]);
+        let mut p = proto(data_type::FLOAT4E2M1, &[2]);
+        p.raw_data = vec![0xF1];
+        assert_eq!(decode(&p, None).unwrap().to_f64_vec(), [0.5, -6.0]);
+        p.raw_data = vec![0xF1, 0];
+        assert!(decode(&p, None).is_err());
+        let mut p = proto(data_type::FLOAT8E4M3FN, &[2]);
+        p.int32_data = vec![0x38, 0xFE];
+        assert_eq!(decode(&p, None).unwrap().to_f64_vec(), [1.0, -448.0]);
+        let mut p = proto(data_type::FLOAT8E5M2, &[1]);
+        p.raw_data = vec![0x7C];
+        let t = decode(&p, None).unwrap();
+        assert_eq!(t.to_f64_vec(), [f64::INFINITY]);
+        assert_eq!(encode("x", &t).raw_data, [0x7C]);
     }
 
     #[test]

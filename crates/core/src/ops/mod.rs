@@ -7,6 +7,7 @@ pub mod extra;
 pub mod linalg;
 pub mod misc;
 pub mod nn;
+pub mod quant;
 pub mod seq;
 pub mod shape;
 pub mod util;

@@ -2,6 +2,7 @@
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use crate::proto::{attribute_type, data_type};
+use ferrolite_core::lowp::E8M0Round;
 use ferrolite_core::ops::elementwise::{
     Binary, BinaryKind, BitwiseNot, Cast, CastLike, Clip, Compare, CompareKind, Dropout, Identity,
     IsInf, IsNaN, Logical, LogicalKind, Not, Unary, UnaryKind, Variadic, VariadicKind, Where,
@@ -320,13 +321,36 @@ fn cast(n: &NodeCtx) -> MapResult {
         n.int_opt("to")?.unwrap_or_default() as i32
     };
     match crate::tensor::dtype_of(t) {
-        Some(to) => op(Cast { to }),
+        Some(to) => {
+            let (saturate, round_mode) = cast_options(n)?;
+            op(Cast {
+                to,
+                saturate,
+                round_mode,
+            })
+        }
         None => Err(n.unsupported(format!("cast to {}", data_type::name(t)))),
     }
 }
 
-fn cast_like(_: &NodeCtx) -> MapResult {
-    op(CastLike)
+/// `saturate` (opset 19+) and `round_mode` (opset 24+) of Cast and CastLike.
+fn cast_options(n: &NodeCtx) -> Result<(bool, E8M0Round), MapError> {
+    let saturate = n.int("saturate", 1)? != 0;
+    let round_mode = match n.string("round_mode", "up")?.as_str() {
+        "up" => E8M0Round::Up,
+        "down" => E8M0Round::Down,
+        "nearest" => E8M0Round::Nearest,
+        m => return Err(MapError::Invalid(format!("round_mode '{m}' is not valid"))),
+    };
+    Ok((saturate, round_mode))
+}
+
+fn cast_like(n: &NodeCtx) -> MapResult {
+    let (saturate, round_mode) = cast_options(n)?;
+    op(CastLike {
+        saturate,
+        round_mode,
+    })
 }
 
 fn identity(_: &NodeCtx) -> MapResult {

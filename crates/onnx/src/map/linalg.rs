@@ -34,7 +34,7 @@ fn sizes(n: &NodeCtx, name: &str) -> Result<Option<Vec<usize>>, MapError> {
     }
 }
 
-fn conv_params(n: &NodeCtx) -> Result<ConvParams, MapError> {
+pub(super) fn conv_params(n: &NodeCtx) -> Result<ConvParams, MapError> {
     let ap = n.string("auto_pad", "NOTSET")?;
     let auto_pad =
         AutoPad::parse(&ap).ok_or_else(|| MapError::Invalid(format!("unknown auto_pad '{ap}'")))?;
@@ -47,7 +47,7 @@ fn conv_params(n: &NodeCtx) -> Result<ConvParams, MapError> {
     })
 }
 
-fn group(n: &NodeCtx) -> Result<usize, MapError> {
+pub(super) fn group(n: &NodeCtx) -> Result<usize, MapError> {
     let g = n.int("group", 1)?;
     usize::try_from(g)
         .ok()

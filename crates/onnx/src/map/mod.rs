@@ -14,6 +14,7 @@ mod extra;
 mod linalg;
 mod misc;
 mod nn;
+mod quant;
 mod shape;
 
 /// Why a node could not be mapped.
@@ -57,6 +58,7 @@ const TABLES: &[&[(&str, MapFn)]] = &[
     linalg::ENTRIES,
     misc::ENTRIES,
     nn::ENTRIES,
+    quant::ENTRIES,
     shape::ENTRIES,
 ];
 

@@ -44,7 +44,7 @@ impl Op for Concat {
     op_common!(
         "Concat",
         Prototype {
-            inputs: &[variadic("inputs", DTypeSet::ALL, 1)],
+            inputs: &[variadic("inputs", DTypeSet::ANY, 1)],
             outputs: &[output("concat_result")],
             value_inputs: &[],
         }

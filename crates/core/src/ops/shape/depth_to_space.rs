@@ -61,7 +61,7 @@ impl Op for DepthToSpace {
     op_common!(
         "DepthToSpace",
         Prototype {
-            inputs: &[input("input", DTypeSet::ALL)],
+            inputs: &[input("input", DTypeSet::ANY)],
             outputs: &[output("output")],
             value_inputs: &[],
         }
@@ -117,7 +117,7 @@ impl Op for SpaceToDepth {
     op_common!(
         "SpaceToDepth",
         Prototype {
-            inputs: &[input("input", DTypeSet::ALL)],
+            inputs: &[input("input", DTypeSet::ANY)],
             outputs: &[output("output")],
             value_inputs: &[],
         }

@@ -41,7 +41,7 @@ impl Op for Expand {
     op_common!(
         "Expand",
         Prototype {
-            inputs: &[input("input", DTypeSet::ALL), input("shape", DTypeSet::I64)],
+            inputs: &[input("input", DTypeSet::ANY), input("shape", DTypeSet::I64)],
             outputs: &[output("output")],
             value_inputs: &[1],
         }
@@ -92,7 +92,7 @@ impl Op for Tile {
         "Tile",
         Prototype {
             inputs: &[
-                input("input", DTypeSet::ALL),
+                input("input", DTypeSet::ANY),
                 input("repeats", DTypeSet::I64)
             ],
             outputs: &[output("output")],

@@ -36,7 +36,7 @@ impl Op for Flatten {
     op_common!(
         "Flatten",
         Prototype {
-            inputs: &[input("input", DTypeSet::ALL)],
+            inputs: &[input("input", DTypeSet::ANY)],
             outputs: &[output("output")],
             value_inputs: &[],
         }

@@ -9,7 +9,7 @@ use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, Tensor
 
 const GATHER_PROTO: Prototype = Prototype {
     inputs: &[
-        input("data", DTypeSet::ALL),
+        input("data", DTypeSet::ANY),
         input("indices", DTypeSet::INDEX),
     ],
     outputs: &[output("output")],

@@ -58,7 +58,7 @@ impl Op for Reshape {
     op_common!(
         "Reshape",
         Prototype {
-            inputs: &[input("data", DTypeSet::ALL), input("shape", DTypeSet::I64)],
+            inputs: &[input("data", DTypeSet::ANY), input("shape", DTypeSet::I64)],
             outputs: &[output("reshaped")],
             value_inputs: &[1],
         }

@@ -37,7 +37,7 @@ impl Op for Shape {
     op_common!(
         "Shape",
         Prototype {
-            inputs: &[input("data", DTypeSet::ALL)],
+            inputs: &[input("data", DTypeSet::ANY)],
             outputs: &[output("shape")],
             value_inputs: &[],
         }
@@ -64,7 +64,7 @@ impl Op for Size {
     op_common!(
         "Size",
         Prototype {
-            inputs: &[input("data", DTypeSet::ALL)],
+            inputs: &[input("data", DTypeSet::ANY)],
             outputs: &[output("size")],
             value_inputs: &[],
         }

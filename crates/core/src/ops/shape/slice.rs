@@ -137,7 +137,7 @@ impl Op for Slice {
         "Slice",
         Prototype {
             inputs: &[
-                input("data", DTypeSet::ALL),
+                input("data", DTypeSet::ANY),
                 optional("starts", DTypeSet::INDEX),
                 optional("ends", DTypeSet::INDEX),
                 optional("axes", DTypeSet::INDEX),

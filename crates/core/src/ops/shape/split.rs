@@ -79,7 +79,7 @@ impl Op for Split {
         "Split",
         Prototype {
             inputs: &[
-                input("input", DTypeSet::ALL),
+                input("input", DTypeSet::ANY),
                 optional("split", DTypeSet::I64)
             ],
             outputs: &[output("outputs")],

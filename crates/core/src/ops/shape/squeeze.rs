@@ -44,7 +44,7 @@ impl Squeeze {
 
 const SQ_PROTO: Prototype = Prototype {
     inputs: &[
-        input("data", DTypeSet::ALL),
+        input("data", DTypeSet::ANY),
         optional("axes", DTypeSet::I64),
     ],
     outputs: &[output("squeezed")],
@@ -105,7 +105,7 @@ impl Unsqueeze {
 
 const UNSQ_PROTO: Prototype = Prototype {
     inputs: &[
-        input("data", DTypeSet::ALL),
+        input("data", DTypeSet::ANY),
         optional("axes", DTypeSet::I64),
     ],
     outputs: &[output("expanded")],

@@ -32,7 +32,7 @@ impl Op for Transpose {
     op_common!(
         "Transpose",
         Prototype {
-            inputs: &[input("data", DTypeSet::ALL)],
+            inputs: &[input("data", DTypeSet::ANY)],
             outputs: &[output("transposed")],
             value_inputs: &[],
         }
