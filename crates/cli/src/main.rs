@@ -82,7 +82,7 @@ enum Command {
         /// Seed for random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Untimed runs first (the first of them is reported as "first run").
+        /// Untimed runs first (at least one, reported as "first run").
         #[arg(long, default_value_t = 5)]
         warmup: usize,
         /// Timed runs.
