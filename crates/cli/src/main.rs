@@ -1,8 +1,10 @@
-//! The `ferrolite` command-line tool: run, check, info, dump.
+//! The `ferrolite` command-line tool: run, bench, check, info, dump.
 
+mod bench;
 mod check;
 mod inputs;
 mod report;
+mod stats;
 
 use clap::{Parser, Subcommand};
 use ferrolite::{Session, SessionOptions};
@@ -81,6 +83,40 @@ enum Command {
         /// Timed runs after the first (the median is reported).
         #[arg(long, default_value_t = 0)]
         repeat: usize,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Measure latency (min / median / mean / p90), setup times and memory; --profile times
+    /// every node and op type.
+    Bench {
+        model: PathBuf,
+        /// NAME=FILE (repeatable); a bare FILE is the first input without one.
+        #[arg(long = "input", value_name = "NAME=FILE")]
+        input: Vec<String>,
+        /// NAME=1x3x224x224: shape for a random input (repeatable).
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shape: Vec<String>,
+        /// Seed for random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Untimed runs first (at least one, reported as "first run").
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+        /// Timed runs.
+        #[arg(long, conflicts_with = "seconds")]
+        iters: Option<usize>,
+        /// Run for this long instead of a number of runs (default 3 s).
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Time every node and op type (mean per run).
+        #[arg(long)]
+        profile: bool,
+        /// Persistent process for scripts: answers `run K` lines on stdin with JSON.
+        #[arg(long, hide = true)]
+        serve: bool,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -175,6 +211,34 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             repeat,
             &engine.options(),
         ),
+        Command::Bench {
+            model,
+            input,
+            shape,
+            seed,
+            warmup,
+            iters,
+            seconds,
+            json,
+            profile,
+            serve,
+            engine,
+        } => {
+            bench::bench(&bench::BenchArgs {
+                model: &model,
+                inputs: &input,
+                shapes: &shape,
+                seed,
+                warmup,
+                iters,
+                seconds,
+                json,
+                profile,
+                serve,
+                options: engine.options(),
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check {
             cases,
             model,

@@ -153,11 +153,17 @@ pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
     println!("params   {params} ({:.2} MB)", bytes as f64 / 1e6);
     let shapes = shapes_for(session, shape_args)?;
     match session.prerun(&shapes) {
-        Ok(p) => println!(
-            "flops    {:.3} GFLOP for input shapes {:?}",
-            p.flops() as f64 / 1e9,
-            shapes
-        ),
+        Ok(p) => {
+            println!(
+                "flops    {:.3} GFLOP for input shapes {:?}",
+                p.flops() as f64 / 1e9,
+                shapes
+            );
+            println!(
+                "memory   {}",
+                crate::bench::memory_text(&p.plan.memory_stats())
+            );
+        }
         Err(e) => println!("flops    n/a: {e}"),
     }
     Ok(())

@@ -10,6 +10,7 @@ use crate::{Error, Graph, Node, Op, OpResult, Result, Tensor, TensorInfo, ValueI
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Computes one node. `outputs` arrive allocated with the planned shapes (zero-filled on the
 /// first run, holding stale data afterwards); a kernel either writes into them or replaces them.
@@ -95,6 +96,29 @@ pub struct Step {
     output_types: Option<Vec<TensorInfo>>,
     /// Slots whose last reader is this step (freed after it).
     frees: Vec<usize>,
+}
+
+/// Intermediate tensor sizes of a plan (inputs and constants excluded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Number of intermediate tensors (step outputs, graph outputs included).
+    pub intermediates: usize,
+    /// Sum of the sizes of all intermediates whose size is known at prerun.
+    pub intermediate_bytes: u64,
+    /// Most bytes of intermediates alive at once, by the plan's lifetimes: what an arena that
+    /// places tensors by lifetime needs at least.
+    pub peak_live_bytes: u64,
+    /// Outputs of dynamic steps, whose sizes are only known at run time (counted as 0 above).
+    pub unknown: usize,
+}
+
+/// Time spent in one op type during a profiled run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpTypeTime {
+    pub op_type: String,
+    /// Steps of this type.
+    pub count: usize,
+    pub time: Duration,
 }
 
 /// A compiled plan for one input-shape signature.
@@ -242,14 +266,85 @@ impl Plan {
             .map_err(|_| Error::Other("buffer pool poisoned".into()))?
             .pop()
             .unwrap_or_else(|| vec![None; self.slot_kind.len()]);
-        let result = self.run_with(inputs, &mut pool);
+        let result = self.run_with(inputs, &mut pool, None);
         if let Ok(mut pools) = self.pools.lock() {
             pools.push(pool);
         }
         result
     }
 
-    fn run_with(&self, inputs: &[&Tensor], pool: &mut [Option<Tensor>]) -> Result<Vec<Tensor>> {
+    /// Like [`Plan::run`], also returning the wall time of each step (indexed like
+    /// [`Plan::steps`]): the kernel plus its share of bookkeeping (output buffers, checks).
+    pub fn run_profiled(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, Vec<Duration>)> {
+        let mut pool = self
+            .pools
+            .lock()
+            .map_err(|_| Error::Other("buffer pool poisoned".into()))?
+            .pop()
+            .unwrap_or_else(|| vec![None; self.slot_kind.len()]);
+        let mut times = Vec::with_capacity(self.steps.len());
+        let result = self.run_with(inputs, &mut pool, Some(&mut times));
+        if let Ok(mut pools) = self.pools.lock() {
+            pools.push(pool);
+        }
+        result.map(|outs| (outs, times))
+    }
+
+    /// Sizes of the intermediate tensors, from the planned types and the lifetimes.
+    pub fn memory_stats(&self) -> MemoryStats {
+        let mut bytes = vec![0u64; self.slot_kind.len()];
+        let mut stats = MemoryStats::default();
+        for step in &self.steps {
+            match &step.output_types {
+                Some(types) => {
+                    for (&s, ty) in step.outputs.iter().zip(types) {
+                        bytes[s] = (ty.numel() as u64).saturating_mul(ty.dtype.size() as u64);
+                    }
+                }
+                None => stats.unknown += step.outputs.len(),
+            }
+        }
+        // Replays the run: outputs come alive when their step starts (its inputs are still
+        // live then) and die after their last reader; graph outputs live to the end.
+        let mut live = 0u64;
+        for step in &self.steps {
+            for &s in &step.outputs {
+                live = live.saturating_add(bytes[s]);
+                stats.intermediates += 1;
+                stats.intermediate_bytes = stats.intermediate_bytes.saturating_add(bytes[s]);
+            }
+            stats.peak_live_bytes = stats.peak_live_bytes.max(live);
+            for &s in &step.frees {
+                live = live.saturating_sub(bytes[s]);
+            }
+        }
+        stats
+    }
+
+    /// Sums per-step times (from [`Plan::run_profiled`]) by op type, slowest first.
+    pub fn time_by_op_type(&self, times: &[Duration]) -> Vec<OpTypeTime> {
+        let mut by: HashMap<&str, OpTypeTime> = HashMap::new();
+        for (step, &t) in self.steps.iter().zip(times) {
+            let name = step.node.op.name();
+            let e = by.entry(name).or_insert_with(|| OpTypeTime {
+                op_type: name.to_string(),
+                count: 0,
+                time: Duration::ZERO,
+            });
+            e.count += 1;
+            e.time += t;
+        }
+        let mut v: Vec<OpTypeTime> = by.into_values().collect();
+        v.sort_by(|a, b| b.time.cmp(&a.time).then_with(|| a.op_type.cmp(&b.op_type)));
+        v
+    }
+
+    fn run_with(
+        &self,
+        inputs: &[&Tensor],
+        pool: &mut [Option<Tensor>],
+        mut profile: Option<&mut Vec<Duration>>,
+    ) -> Result<Vec<Tensor>> {
         let mut vals: Vec<Option<Tensor>> = vec![None; self.slot_kind.len()];
         for (i, kind) in self.slot_kind.iter().enumerate() {
             match kind {
@@ -259,6 +354,8 @@ impl Plan {
             }
         }
         for step in &self.steps {
+            // Only read the clock when profiling.
+            let started = profile.is_some().then(Instant::now);
             let ins: Vec<Option<&Tensor>> = step
                 .inputs
                 .iter()
@@ -309,6 +406,9 @@ impl Plan {
             for &s in &step.frees {
                 pool[s] = vals[s].take();
             }
+            if let (Some(times), Some(t0)) = (profile.as_deref_mut(), started) {
+                times.push(t0.elapsed());
+            }
         }
         self.output_slots
             .iter()
@@ -318,5 +418,82 @@ impl Plan {
                     .ok_or_else(|| Error::Other("an output was not computed".into()))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infer::infer_graph;
+    use crate::ops::elementwise::binary::{Binary, BinaryKind};
+    use crate::ops::elementwise::unary::{Unary, UnaryKind};
+    use crate::DType;
+
+    fn unary(kind: UnaryKind) -> Arc<dyn Op> {
+        Arc::new(Unary { kind })
+    }
+
+    /// a = Relu(x), b = Neg(a), c = Relu(b), y = a + c, over `n` f32s.
+    fn plan(n: usize) -> Plan {
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let a = g
+            .add_op("a", unary(UnaryKind::Relu), vec![Some(x)], 1)
+            .unwrap()[0];
+        let b = g
+            .add_op("b", unary(UnaryKind::Neg), vec![Some(a)], 1)
+            .unwrap()[0];
+        let c = g
+            .add_op("c", unary(UnaryKind::Relu), vec![Some(b)], 1)
+            .unwrap()[0];
+        let add = Arc::new(Binary::new(BinaryKind::Add));
+        let y = g.add_op("y", add, vec![Some(a), Some(c)], 1).unwrap()[0];
+        g.outputs.push(y);
+        let dynamic = infer_graph(&mut g, &[TensorInfo::new(DType::F32, vec![n])]).unwrap();
+        Plan::build(&g, &dynamic, None).unwrap()
+    }
+
+    #[test]
+    fn memory_stats_follow_lifetimes() {
+        let m = plan(256).memory_stats();
+        // Four 1 KiB intermediates; at most a, b, c (or a, c, y) are alive together.
+        assert_eq!(m.intermediates, 4);
+        assert_eq!(m.intermediate_bytes, 4096);
+        assert_eq!(m.peak_live_bytes, 3072);
+        assert_eq!(m.unknown, 0);
+    }
+
+    #[test]
+    fn profiled_run_times_every_step() {
+        let n = 1 << 20;
+        let p = plan(n);
+        let x = Tensor::from_vec(&[n], (0..n).map(|i| i as f32 - 1000.0).collect()).unwrap();
+        let plain = p.run(&[&x]).unwrap();
+        let t0 = Instant::now();
+        let (outs, times) = p.run_profiled(&[&x]).unwrap();
+        let total = t0.elapsed();
+        assert_eq!(outs[0].to_f64_vec(), plain[0].to_f64_vec());
+        assert_eq!(times.len(), p.steps.len());
+        let sum: Duration = times.iter().sum();
+        // The steps are the run, up to copying the input and collecting the outputs.
+        assert!(sum <= total, "{sum:?} > {total:?}");
+        assert!(sum * 2 >= total, "steps {sum:?} of {total:?}");
+
+        let by_type = p.time_by_op_type(&times);
+        let names: Vec<(&str, usize)> = by_type
+            .iter()
+            .map(|o| (o.op_type.as_str(), o.count))
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![("Add", 1), ("Neg", 1), ("Relu", 2)]);
+        let relu: Duration = times[0] + times[2];
+        assert_eq!(
+            by_type.iter().find(|o| o.op_type == "Relu").unwrap().time,
+            relu
+        );
+        assert_eq!(by_type.iter().map(|o| o.time).sum::<Duration>(), sum);
+        assert!(by_type.windows(2).all(|w| w[0].time >= w[1].time));
     }
 }

@@ -3,11 +3,12 @@
 use crate::model::{load_model, load_paddle, load_path, Model};
 use ferrolite_core::passes::{default_pipeline, optimize, Pass};
 use ferrolite_core::plan::Plan;
-use ferrolite_core::{DType, Dim, Error, Graph, Result, Tensor, TensorInfo};
+use ferrolite_core::{DType, Dim, Error, Graph, Node, Result, Tensor, TensorInfo};
 use ferrolite_cpu::CpuKernels;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// How a session is built.
 #[derive(Clone, Debug)]
@@ -116,23 +117,22 @@ impl Prepared {
 
 /// Sum of the ops' FLOP estimates over a graph whose shapes are inferred.
 pub fn graph_flops(graph: &Graph) -> u64 {
-    graph
-        .nodes
+    graph.nodes.iter().map(|n| node_flops(graph, n)).sum()
+}
+
+/// The FLOP estimate of one node of `graph` (0 when its shapes are not known at prerun).
+pub fn node_flops(graph: &Graph, n: &Node) -> u64 {
+    let ins: Vec<Option<TensorInfo>> = n
+        .inputs
         .iter()
-        .map(|n| {
-            let ins: Vec<Option<TensorInfo>> = n
-                .inputs
-                .iter()
-                .map(|i| i.and_then(|v| graph.value(v).info.clone()))
-                .collect();
-            let outs: Option<Vec<TensorInfo>> = n
-                .outputs
-                .iter()
-                .map(|o| graph.value(*o).info.clone())
-                .collect();
-            outs.map(|o| n.op.flops(&ins, &o)).unwrap_or(0)
-        })
-        .sum()
+        .map(|i| i.and_then(|v| graph.value(v).info.clone()))
+        .collect();
+    let outs: Option<Vec<TensorInfo>> = n
+        .outputs
+        .iter()
+        .map(|o| graph.value(*o).info.clone())
+        .collect();
+    outs.map(|o| n.op.flops(&ins, &o)).unwrap_or(0)
 }
 
 /// The outputs of a run, in model order, by name.
@@ -323,6 +323,37 @@ impl Session {
 
     /// Runs the model. Every input must be given by name; outputs come back in model order.
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Outputs> {
+        let (ordered, prepared) = self.order_inputs(inputs)?;
+        let results = self.pool.install(|| prepared.plan.run(&ordered))?;
+        Ok(self.name_outputs(results))
+    }
+
+    /// [`Session::run`] that also times every step of the plan (see
+    /// [`ferrolite_core::plan::Plan::run_profiled`]); the plan comes back to name the steps.
+    pub fn run_profiled(
+        &self,
+        inputs: &[(&str, Tensor)],
+    ) -> Result<(Outputs, Vec<Duration>, Arc<Prepared>)> {
+        let (ordered, prepared) = self.order_inputs(inputs)?;
+        let (results, times) = self.pool.install(|| prepared.plan.run_profiled(&ordered))?;
+        Ok((self.name_outputs(results), times, prepared))
+    }
+
+    fn name_outputs(&self, results: Vec<Tensor>) -> Outputs {
+        Outputs(
+            self.outputs
+                .iter()
+                .map(|o| o.name.clone())
+                .zip(results)
+                .collect(),
+        )
+    }
+
+    /// Checks named inputs and puts them in model order; fetches the plan for their shapes.
+    fn order_inputs<'a>(
+        &self,
+        inputs: &'a [(&str, Tensor)],
+    ) -> Result<(Vec<&'a Tensor>, Arc<Prepared>)> {
         for (name, _) in inputs {
             if !self.inputs.iter().any(|i| i.name == *name) {
                 let known: Vec<&str> = self.inputs.iter().map(|i| i.name.as_str()).collect();
@@ -353,13 +384,6 @@ impl Session {
         }
         let shapes: Vec<Vec<usize>> = ordered.iter().map(|t| t.shape().to_vec()).collect();
         let prepared = self.prerun(&shapes)?;
-        let results = self.pool.install(|| prepared.plan.run(&ordered))?;
-        Ok(Outputs(
-            self.outputs
-                .iter()
-                .map(|o| o.name.clone())
-                .zip(results)
-                .collect(),
-        ))
+        Ok((ordered, prepared))
     }
 }
