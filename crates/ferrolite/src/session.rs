@@ -329,8 +329,34 @@ pub struct Session {
     options: SessionOptions,
     inputs: Vec<IoInfo>,
     outputs: Vec<IoInfo>,
-    pool: rayon::ThreadPool,
-    plans: Mutex<HashMap<Vec<Vec<usize>>, Arc<Prepared>>>,
+    /// Always `Some` until drop.
+    pool: Option<rayon::ThreadPool>,
+    /// The pool's threads, joined on drop so that none outlives the session (leak checkers and
+    /// hosts that unload the library see every thread finished).
+    workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
+    plans: Mutex<PlanCache>,
+}
+
+/// Plans by input-shape signature.
+type PlanCache = HashMap<Vec<Vec<usize>>, Arc<Prepared>>;
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Dropping the pool asks its threads to stop; then wait for them.
+        drop(self.pool.take());
+        let handles = match self.workers.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(_) => return,
+        };
+        // A session dropped on a pool thread (possible only through a leaked reference) cannot
+        // wait for its own thread; the threads still exit, unjoined.
+        if rayon::current_thread_index().is_some() {
+            return;
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -432,8 +458,25 @@ impl Session {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>> = Arc::default();
+        let spawned = workers.clone();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(options.threads)
+            .thread_name(|i| format!("ferrolite-{i}"))
+            .spawn_handler(move |thread| {
+                let mut b = std::thread::Builder::new();
+                if let Some(name) = thread.name() {
+                    b = b.name(name.to_owned());
+                }
+                if let Some(size) = thread.stack_size() {
+                    b = b.stack_size(size);
+                }
+                let handle = b.spawn(|| thread.run())?;
+                if let Ok(mut w) = spawned.lock() {
+                    w.push(handle);
+                }
+                Ok(())
+            })
             .build()
             .map_err(|e| Error::Other(format!("could not start the thread pool: {e}")))?;
         Ok(Session {
@@ -441,7 +484,8 @@ impl Session {
             options,
             inputs,
             outputs,
-            pool,
+            pool: Some(pool),
+            workers,
             plans: Mutex::new(HashMap::new()),
         })
     }
@@ -495,7 +539,7 @@ impl Session {
 
     /// The number of kernel worker threads.
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.pool.as_ref().map_or(0, |p| p.current_num_threads())
     }
 
     /// Default input shapes: declared dims with symbolic ones set to 1.
@@ -553,9 +597,7 @@ impl Session {
         Ok(prepared)
     }
 
-    fn lock_plans(
-        &self,
-    ) -> Result<std::sync::MutexGuard<'_, HashMap<Vec<Vec<usize>>, Arc<Prepared>>>> {
+    fn lock_plans(&self) -> Result<std::sync::MutexGuard<'_, PlanCache>> {
         self.plans
             .lock()
             .map_err(|_| Error::Other("plan cache poisoned".into()))
@@ -614,7 +656,10 @@ impl Session {
         }
         let shapes: Vec<Vec<usize>> = ordered.iter().map(|t| t.shape().to_vec()).collect();
         let prepared = self.prerun(&shapes)?;
-        let results = self.pool.install(|| prepared.plan.run(&ordered))?;
+        let results = match &self.pool {
+            Some(pool) => pool.install(|| prepared.plan.run(&ordered))?,
+            None => prepared.plan.run(&ordered)?,
+        };
         Ok(Outputs(
             self.outputs
                 .iter()
