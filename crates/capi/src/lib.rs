@@ -312,6 +312,15 @@ fn write_out<T>(out: *mut T, value: T, what: &str) -> FResult<()> {
     Ok(())
 }
 
+fn read_options(p: *const ferrolite_options) -> FResult<ferrolite_options> {
+    if p.is_null() {
+        return fail(FERROLITE_ERR_NULL_POINTER, "options is NULL");
+    }
+    // SAFETY: non-NULL, and per the contract points to a readable `ferrolite_options` (a plain
+    // #[repr(C)] struct of integers and a pointer: any bit pattern is valid).
+    Ok(unsafe { p.read() })
+}
+
 fn in_bytes<'a>(p: *const u8, len: usize, what: &str) -> FResult<&'a [u8]> {
     if p.is_null() {
         return fail(FERROLITE_ERR_NULL_POINTER, format!("{what} is NULL"));
@@ -963,9 +972,7 @@ pub extern "C" fn prerun_graph_multithread(
         let g = graph_ref(graph)?;
         let mut opts = SessionOptions::default();
         if !options.is_null() {
-            // SAFETY: non-NULL, and per the contract points to a readable `ferrolite_options`
-            // (a plain #[repr(C)] struct of integers and a pointer: any bit pattern is valid).
-            let o = unsafe { options.read() };
+            let o = read_options(options)?;
             if o.precision != ferrolite_precision::FERROLITE_PRECISION_FP32 as i32 {
                 return fail(
                     FERROLITE_ERR_INVALID_ARGUMENT,

@@ -400,7 +400,7 @@ fn wrong_sizes_and_arguments_are_errors() {
         "dim_num",
     );
     // Sizes before the shape is known.
-    let buf = vec![0u8; 16];
+    let buf = [0u8; 16];
     assert_err(
         set_tensor_data(x, buf.as_ptr(), 16),
         FERROLITE_ERR_WRONG_STATE,
