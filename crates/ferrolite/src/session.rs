@@ -1,9 +1,15 @@
 //! The session: a loaded model, its plans per input-shape signature, and a thread pool.
+//!
+//! A [`Session`] is `Send + Sync`: share it between threads (an `Arc<Session>` or scoped
+//! threads) and call [`Session::run`] from all of them at once. The weights are shared; each run
+//! takes its own set of intermediate buffers from the plan's pool, so concurrent runs never see
+//! each other's data.
 
-use crate::model::{load_model, load_paddle, load_path, Model};
+use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Model};
 use ferrolite_core::passes::{default_pipeline, optimize, Pass};
 use ferrolite_core::plan::Plan;
-use ferrolite_core::{DType, Dim, Error, Graph, Node, Result, Tensor, TensorInfo};
+use ferrolite_core::tensor::checked_numel;
+use ferrolite_core::{DType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo};
 use ferrolite_cpu::CpuKernels;
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,6 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How a session is built.
+///
+/// ```
+/// use ferrolite::SessionOptions;
+/// let opts = SessionOptions::default()
+///     .with_threads(2)
+///     .disable_pass(ferrolite::pass_names()[0].0);
+/// assert_eq!(opts.threads, 2);
+/// assert_eq!(opts.disabled_passes.len(), 1);
+/// ```
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
     /// Worker threads for kernels; 0 means one per core.
@@ -31,6 +46,26 @@ impl Default for SessionOptions {
     }
 }
 
+impl SessionOptions {
+    /// Sets the number of kernel worker threads (0: one per core).
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Skips the optimisation pass with this name (see [`pass_names`]).
+    pub fn disable_pass(mut self, name: impl Into<String>) -> Self {
+        self.disabled_passes.push(name.into());
+        self
+    }
+
+    /// Uses the reference implementations only (slow; for debugging kernels).
+    pub fn reference_kernels(mut self) -> Self {
+        self.optimized_kernels = false;
+        self
+    }
+}
+
 /// Names and descriptions of the passes, in order.
 pub fn pass_names() -> Vec<(&'static str, &'static str)> {
     default_pipeline()
@@ -42,7 +77,9 @@ pub fn pass_names() -> Vec<(&'static str, &'static str)> {
 /// A model input or output as the model declares it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IoInfo {
+    /// The name to pass inputs by and to find outputs by.
     pub name: String,
+    /// Element type.
     pub dtype: DType,
     /// Declared dims (symbolic ones by name); `None` if the model does not say.
     pub shape: Option<Vec<Dim>>,
@@ -104,11 +141,23 @@ pub fn dims_str(dims: &[Dim]) -> String {
 /// The optimised graph and plan for one input-shape signature.
 #[derive(Debug)]
 pub struct Prepared {
+    /// The graph after shape inference and the optimisation passes.
     pub graph: Graph,
+    /// The compiled plan (kernels, buffer lifetimes).
     pub plan: Plan,
 }
 
 impl Prepared {
+    /// Dtype and shape of every graph output, in model order, as inferred for this signature.
+    /// An output whose shape depends on values computed at run time has `None`.
+    pub fn output_types(&self) -> Vec<Option<TensorInfo>> {
+        self.graph
+            .outputs
+            .iter()
+            .map(|&v| self.graph.value(v).info.clone())
+            .collect()
+    }
+
     /// Estimated floating-point operations of one run.
     pub fn flops(&self) -> u64 {
         graph_flops(&self.graph)
@@ -140,39 +189,175 @@ pub fn node_flops(graph: &Graph, n: &Node) -> u64 {
 pub struct Outputs(pub Vec<(String, Tensor)>);
 
 impl Outputs {
+    /// The output with this name.
     pub fn get(&self, name: &str) -> Option<&Tensor> {
         self.0.iter().find(|(n, _)| n == name).map(|(_, t)| t)
     }
 
+    /// The output with this name, or an error naming the outputs there are.
+    pub fn require(&self, name: &str) -> Result<&Tensor> {
+        self.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.0.iter().map(|(n, _)| n.as_str()).collect();
+            Error::Other(format!(
+                "no output named '{name}' (outputs: {})",
+                known.join(", ")
+            ))
+        })
+    }
+
+    /// (name, tensor) pairs in model order.
     pub fn iter(&self) -> impl Iterator<Item = &(String, Tensor)> {
         self.0.iter()
     }
 
+    /// Number of outputs.
     pub fn len(&self) -> usize {
         self.0.len()
     }
 
+    /// Whether there are no outputs.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Takes the (name, tensor) pairs.
     pub fn into_vec(self) -> Vec<(String, Tensor)> {
         self.0
     }
 }
 
+impl std::ops::Index<&str> for Outputs {
+    type Output = Tensor;
+
+    /// Panics when there is no such output; use [`Outputs::get`] to handle that case.
+    fn index(&self, name: &str) -> &Tensor {
+        match self.get(name) {
+            Some(t) => t,
+            None => panic!("no output named '{name}'"),
+        }
+    }
+}
+
+/// A borrowed input: dtype, shape and little-endian element bytes owned by the caller.
+///
+/// Engine tensors are 64-byte aligned and reference counted, so a view is copied once into an
+/// engine tensor when the run starts (one `memcpy`, no conversion). To avoid even that copy, build
+/// a [`Tensor`] once and reuse it across runs: [`Session::run`] and [`Session::run_refs`] pass
+/// tensors to the kernels without copying.
+///
+/// ```
+/// use ferrolite::{DType, TensorView};
+/// let pixels = vec![0.5f32; 6];
+/// let v = TensorView::from_slice(&[1, 2, 3], &pixels).unwrap();
+/// assert_eq!(v.dtype(), DType::F32);
+/// assert_eq!(v.shape(), &[1, 2, 3]);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    dtype: DType,
+    shape: &'a [usize],
+    bytes: &'a [u8],
+}
+
+impl<'a> TensorView<'a> {
+    /// A view of typed elements; checks that `shape` holds `data.len()` elements.
+    pub fn from_slice<T: Elem>(shape: &'a [usize], data: &'a [T]) -> Result<TensorView<'a>> {
+        TensorView::from_bytes(T::DTYPE, shape, bytemuck_bytes(data))
+    }
+
+    /// A view of raw little-endian bytes; checks the byte count against dtype and shape.
+    pub fn from_bytes(dtype: DType, shape: &'a [usize], bytes: &'a [u8]) -> Result<TensorView<'a>> {
+        let need = checked_numel(shape)?
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::Tensor(format!("shape {shape:?} is too large")))?;
+        if need != bytes.len() {
+            return Err(Error::Tensor(format!(
+                "{dtype} tensor of shape {shape:?} needs {need} bytes, got {}",
+                bytes.len()
+            )));
+        }
+        Ok(TensorView {
+            dtype,
+            shape,
+            bytes,
+        })
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Dimensions.
+    pub fn shape(&self) -> &'a [usize] {
+        self.shape
+    }
+
+    /// The element bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Copies the view into an engine tensor.
+    pub fn to_tensor(&self) -> Result<Tensor> {
+        Tensor::from_bytes(self.dtype, self.shape, self.bytes)
+    }
+}
+
+fn bytemuck_bytes<T: Elem>(data: &[T]) -> &[u8] {
+    bytemuck::cast_slice(data)
+}
+
 /// A loaded model ready to run. Plans are built per input-shape signature and cached.
+///
+/// ```
+/// use ferrolite::{Session, SessionOptions, TensorView};
+/// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+/// let session = Session::from_path(path, SessionOptions::default().with_threads(1))?;
+/// let input = &session.inputs()[0];
+/// assert_eq!(input.name, "x");
+/// // The model's H and W are symbolic; pick a concrete shape.
+/// let shape = [1, 3, 48, 192];
+/// let pixels = vec![0.0f32; 3 * 48 * 192];
+/// let outputs = session.run_views(&[("x", TensorView::from_slice(&shape, &pixels)?)])?;
+/// let probs = outputs.require(&session.outputs()[0].name)?.as_slice::<f32>()?;
+/// assert_eq!(probs.len(), 2);
+/// # Ok::<(), ferrolite::Error>(())
+/// ```
 pub struct Session {
     model: Model,
     options: SessionOptions,
     inputs: Vec<IoInfo>,
     outputs: Vec<IoInfo>,
-    pool: rayon::ThreadPool,
+    /// Always `Some` until drop.
+    pool: Option<rayon::ThreadPool>,
+    /// The pool's threads, joined on drop so that none outlives the session (leak checkers and
+    /// hosts that unload the library see every thread finished).
+    workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
     plans: Mutex<PlanCache>,
 }
 
-/// Prepared plans by input-shape signature.
+/// Plans by input-shape signature.
 type PlanCache = HashMap<Vec<Vec<usize>>, Arc<Prepared>>;
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Dropping the pool asks its threads to stop; then wait for them.
+        drop(self.pool.take());
+        let handles = match self.workers.lock() {
+            Ok(mut w) => std::mem::take(&mut *w),
+            Err(_) => return,
+        };
+        // A session dropped on a pool thread (possible only through a leaked reference) cannot
+        // wait for its own thread; the threads still exit, unjoined.
+        if rayon::current_thread_index().is_some() {
+            return;
+        }
+        for h in handles {
+            let _ = h.join();
+        }
+    }
+}
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -183,9 +368,26 @@ impl std::fmt::Debug for Session {
     }
 }
 
+// Sessions are shared between threads; keep it that way.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Session>();
+    assert_send_sync::<Outputs>();
+    assert_send_sync::<Prepared>();
+};
+
 impl Session {
     /// Loads a model file: ONNX, or a Paddle model (a folder with `__model__`, `model` or
-    /// `*.pdmodel`, or a `.pdmodel` file with its sibling `.pdiparams`).
+    /// `*.pdmodel`, or a `.pdmodel` file with its sibling `.pdiparams`). External ONNX tensor
+    /// data is read from the file's folder.
+    ///
+    /// ```
+    /// use ferrolite::{Session, SessionOptions};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+    /// let session = Session::from_path(path, SessionOptions::default())?;
+    /// assert_eq!(session.inputs().len(), 1);
+    /// # Ok::<(), ferrolite::Error>(())
+    /// ```
     pub fn from_path(path: impl AsRef<Path>, options: SessionOptions) -> Result<Session> {
         Session::from_model(load_path(path.as_ref())?, options)
     }
@@ -201,8 +403,31 @@ impl Session {
     }
 
     /// Loads a model from memory. External tensor data is not available this way.
+    ///
+    /// ```
+    /// use ferrolite::{Session, SessionOptions};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+    /// let bytes = std::fs::read(path).unwrap();
+    /// let opts = SessionOptions::default().with_threads(2).disable_pass("dead-code");
+    /// let session = Session::from_bytes(&bytes, opts)?;
+    /// assert_eq!(session.outputs().len(), 1);
+    /// # Ok::<(), ferrolite::Error>(())
+    /// ```
     pub fn from_bytes(bytes: &[u8], options: SessionOptions) -> Result<Session> {
         Session::from_model(load_model(bytes, None)?, options)
+    }
+
+    /// Loads a model of a named format from memory (`None`: detect it from the bytes).
+    pub fn from_bytes_as(
+        format: Option<Format>,
+        bytes: &[u8],
+        options: SessionOptions,
+    ) -> Result<Session> {
+        let format = match format {
+            Some(f) => f,
+            None => Format::detect(bytes)?,
+        };
+        Session::from_model(load_model_as(format, bytes, None)?, options)
     }
 
     /// Wraps an already loaded model.
@@ -239,8 +464,25 @@ impl Session {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>> = Arc::default();
+        let spawned = workers.clone();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(options.threads)
+            .thread_name(|i| format!("ferrolite-{i}"))
+            .spawn_handler(move |thread| {
+                let mut b = std::thread::Builder::new();
+                if let Some(name) = thread.name() {
+                    b = b.name(name.to_owned());
+                }
+                if let Some(size) = thread.stack_size() {
+                    b = b.stack_size(size);
+                }
+                let handle = b.spawn(|| thread.run())?;
+                if let Ok(mut w) = spawned.lock() {
+                    w.push(handle);
+                }
+                Ok(())
+            })
             .build()
             .map_err(|e| Error::Other(format!("could not start the thread pool: {e}")))?;
         Ok(Session {
@@ -248,17 +490,47 @@ impl Session {
             options,
             inputs,
             outputs,
-            pool,
+            pool: Some(pool),
+            workers,
             plans: Mutex::new(HashMap::new()),
         })
     }
 
+    /// The model's inputs, in order, as declared.
+    ///
+    /// ```
+    /// use ferrolite::{Dim, DType, Session, SessionOptions};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+    /// let session = Session::from_path(path, SessionOptions::default())?;
+    /// let x = &session.inputs()[0];
+    /// assert_eq!((x.name.as_str(), x.dtype), ("x", DType::F32));
+    /// let dims = x.shape.as_ref().unwrap();
+    /// assert_eq!(dims[1], Dim::Fixed(3));
+    /// assert!(matches!(dims[3], Dim::Symbolic(_))); // the width is dynamic
+    /// # Ok::<(), ferrolite::Error>(())
+    /// ```
     pub fn inputs(&self) -> &[IoInfo] {
         &self.inputs
     }
 
+    /// The model's outputs, in order, as declared.
     pub fn outputs(&self) -> &[IoInfo] {
         &self.outputs
+    }
+
+    /// The input with this name.
+    pub fn input(&self, name: &str) -> Option<&IoInfo> {
+        self.inputs.iter().find(|i| i.name == name)
+    }
+
+    /// The output with this name.
+    pub fn output(&self, name: &str) -> Option<&IoInfo> {
+        self.outputs.iter().find(|i| i.name == name)
+    }
+
+    /// The options the session was built with.
+    pub fn options(&self) -> &SessionOptions {
+        &self.options
     }
 
     /// The graph as loaded, before shape inference and passes.
@@ -266,12 +538,14 @@ impl Session {
         &self.model.graph
     }
 
+    /// The decoded model.
     pub fn model(&self) -> &Model {
         &self.model
     }
 
+    /// The number of kernel worker threads.
     pub fn threads(&self) -> usize {
-        self.pool.current_num_threads()
+        self.pool.as_ref().map_or(0, |p| p.current_num_threads())
     }
 
     /// Default input shapes: declared dims with symbolic ones set to 1.
@@ -279,7 +553,21 @@ impl Session {
         self.inputs.iter().map(|i| i.default_shape()).collect()
     }
 
-    /// Builds (or fetches from the cache) the plan for these input shapes, in input order.
+    /// Builds (or fetches from the cache) the plan for these input shapes, in input order:
+    /// shape inference, the optimisation passes and kernel selection happen here, so the first
+    /// [`Session::run`] with these shapes does not pay for them. Output shapes are known after it.
+    ///
+    /// ```
+    /// use ferrolite::{Session, SessionOptions};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+    /// let session = Session::from_path(path, SessionOptions::default())?;
+    /// let prepared = session.prerun(&[vec![1, 3, 48, 320]])?;
+    /// let out = prepared.output_types()[0].clone().unwrap();
+    /// assert_eq!(out.shape, vec![1, 2]);
+    /// // A wrong rank or a wrong fixed dimension is refused.
+    /// assert!(session.prerun(&[vec![1, 4, 48, 320]]).is_err());
+    /// # Ok::<(), ferrolite::Error>(())
+    /// ```
     pub fn prerun(&self, shapes: &[Vec<usize>]) -> Result<Arc<Prepared>> {
         if shapes.len() != self.inputs.len() {
             return Err(Error::Other(format!(
@@ -322,10 +610,24 @@ impl Session {
     }
 
     /// Runs the model. Every input must be given by name; outputs come back in model order.
+    /// The tensors are handed to the kernels without copying.
+    ///
+    /// ```
+    /// use ferrolite::{DType, Session, SessionOptions, Tensor};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+    /// let session = Session::from_path(path, SessionOptions::default())?;
+    /// let x = Tensor::full(DType::F32, &[1, 3, 48, 192], 0.25)?;
+    /// let outputs = session.run(&[("x", x)])?;
+    /// let (name, probs) = &outputs.iter().next().unwrap();
+    /// assert_eq!(probs.shape(), &[1, 2]);
+    /// assert_eq!(outputs[name.as_str()].shape(), &[1, 2]);
+    /// // Unknown or missing inputs are errors, not panics.
+    /// assert!(session.run(&[]).is_err());
+    /// # Ok::<(), ferrolite::Error>(())
+    /// ```
     pub fn run(&self, inputs: &[(&str, Tensor)]) -> Result<Outputs> {
-        let (ordered, prepared) = self.order_inputs(inputs)?;
-        let results = self.pool.install(|| prepared.plan.run(&ordered))?;
-        Ok(self.name_outputs(results))
+        let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        self.run_refs(&refs)
     }
 
     /// [`Session::run`] that also times every step of the plan (see
@@ -334,9 +636,25 @@ impl Session {
         &self,
         inputs: &[(&str, Tensor)],
     ) -> Result<(Outputs, Vec<Duration>, Arc<Prepared>)> {
-        let (ordered, prepared) = self.order_inputs(inputs)?;
-        let (results, times) = self.pool.install(|| prepared.plan.run_profiled(&ordered))?;
+        let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let (ordered, prepared) = self.order_inputs(&refs)?;
+        let (results, times) = self.in_pool(|| prepared.plan.run_profiled(&ordered))?;
         Ok((self.name_outputs(results), times, prepared))
+    }
+
+    /// Runs the model on borrowed tensors (no copy).
+    pub fn run_refs(&self, inputs: &[(&str, &Tensor)]) -> Result<Outputs> {
+        let (ordered, prepared) = self.order_inputs(inputs)?;
+        let results = self.in_pool(|| prepared.plan.run(&ordered))?;
+        Ok(self.name_outputs(results))
+    }
+
+    /// Runs `f` on the session's thread pool.
+    fn in_pool<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match &self.pool {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
     }
 
     fn name_outputs(&self, results: Vec<Tensor>) -> Outputs {
@@ -352,7 +670,7 @@ impl Session {
     /// Checks named inputs and puts them in model order; fetches the plan for their shapes.
     fn order_inputs<'a>(
         &self,
-        inputs: &'a [(&str, Tensor)],
+        inputs: &'a [(&str, &'a Tensor)],
     ) -> Result<(Vec<&'a Tensor>, Arc<Prepared>)> {
         for (name, _) in inputs {
             if !self.inputs.iter().any(|i| i.name == *name) {
@@ -368,7 +686,7 @@ impl Session {
             let t = inputs
                 .iter()
                 .find(|(n, _)| *n == info.name)
-                .map(|(_, t)| t)
+                .map(|(_, t)| *t)
                 .ok_or_else(|| Error::Input {
                     name: info.name.clone(),
                     message: "missing".into(),
@@ -385,5 +703,51 @@ impl Session {
         let shapes: Vec<Vec<usize>> = ordered.iter().map(|t| t.shape().to_vec()).collect();
         let prepared = self.prerun(&shapes)?;
         Ok((ordered, prepared))
+    }
+
+    /// Runs the model on borrowed slices (see [`TensorView`]).
+    ///
+    /// ```
+    /// use ferrolite::{Session, SessionOptions, TensorView};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+    /// let session = Session::from_path(path, SessionOptions::default())?;
+    /// let image: Vec<f32> = (0..3 * 48 * 192).map(|i| (i % 7) as f32 / 7.0).collect();
+    /// let outputs = session.run_views(&[("x", TensorView::from_slice(&[1, 3, 48, 192], &image)?)])?;
+    /// let probs = outputs.require("save_infer_model/scale_0.tmp_1")?.as_slice::<f32>()?;
+    /// assert!((probs[0] + probs[1] - 1.0).abs() < 1e-5); // softmax
+    /// # Ok::<(), ferrolite::Error>(())
+    /// ```
+    pub fn run_views(&self, inputs: &[(&str, TensorView<'_>)]) -> Result<Outputs> {
+        let owned: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, v)| Ok((*n, v.to_tensor()?)))
+            .collect::<Result<_>>()?;
+        self.run(&owned)
+    }
+
+    /// Runs the model and returns only the named outputs, in the order asked.
+    ///
+    /// ```
+    /// use ferrolite::{DType, Session, SessionOptions, Tensor};
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/ppocr_cls/model.onnx");
+    /// let session = Session::from_path(path, SessionOptions::default())?;
+    /// let x = Tensor::zeros(DType::F32, &[1, 3, 48, 96])?;
+    /// let out = session.run_for(&[("x", &x)], &["save_infer_model/scale_0.tmp_1"])?;
+    /// assert_eq!(out[0].shape(), &[1, 2]);
+    /// assert!(session.run_for(&[("x", &x)], &["nope"]).is_err());
+    /// # Ok::<(), ferrolite::Error>(())
+    /// ```
+    pub fn run_for(&self, inputs: &[(&str, &Tensor)], names: &[&str]) -> Result<Vec<Tensor>> {
+        for n in names {
+            if self.output(n).is_none() {
+                let known: Vec<&str> = self.outputs.iter().map(|o| o.name.as_str()).collect();
+                return Err(Error::Other(format!(
+                    "no output named '{n}' (outputs: {})",
+                    known.join(", ")
+                )));
+            }
+        }
+        let outputs = self.run_refs(inputs)?;
+        names.iter().map(|n| outputs.require(n).cloned()).collect()
     }
 }

@@ -464,7 +464,7 @@ impl<'a, 'p> Ctx<'a, 'p> {
                 return Ok(v);
             }
         }
-        self.add(Cast { to: DType::I64 }, &[v])
+        self.add(Cast::new(DType::I64), &[v])
     }
 
     /// A 1-D i64 tensor from a list slot of 1-element tensors (`ShapeTensor`-style inputs).
@@ -902,7 +902,7 @@ fn cast(c: &mut Ctx) -> MapResult {
             crate::proto::var_type::name(t as i32)
         ))
     })?;
-    let out = c.add(Cast { to }, &[x])?;
+    let out = c.add(Cast::new(to), &[x])?;
     c.set_out(out)
 }
 
@@ -1481,7 +1481,7 @@ fn arg(c: &mut Ctx, max: bool) -> MapResult {
     )?;
     let dt = c.int("dtype", crate::proto::var_type::INT64 as i64)?;
     if dt as i32 == crate::proto::var_type::INT32 {
-        out = c.add(Cast { to: DType::I32 }, &[out])?;
+        out = c.add(Cast::new(DType::I32), &[out])?;
     }
     c.set_out(out)
 }
@@ -1825,7 +1825,7 @@ fn shape(c: &mut Ctx) -> MapResult {
     let out = if to == DType::I64 {
         s
     } else {
-        c.add(Cast { to }, &[s])?
+        c.add(Cast::new(to), &[s])?
     };
     c.set_out(out)
 }

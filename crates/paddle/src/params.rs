@@ -206,8 +206,9 @@ pub fn paddle_type_of(d: DType) -> Option<i32> {
         DType::U8 => var_type::UINT8,
         DType::I8 => var_type::INT8,
         DType::BF16 => var_type::BF16,
-        DType::U16 => return None,
         DType::U32 => var_type::UINT32,
         DType::U64 => var_type::UINT64,
+        // Paddle has no u16 nor the low-precision storage types.
+        _ => return None,
     })
 }
