@@ -62,6 +62,16 @@ enum ferrolite_dtype
   FERROLITE_DT_UINT64 = 11,
   // One byte per element, 0 or 1.
   FERROLITE_DT_BOOL = 12,
+  // Low-precision storage types, one byte per element (the bit pattern; int4/uint4 as the
+  // extended value).
+  FERROLITE_DT_FP8E4M3FN = 13,
+  FERROLITE_DT_FP8E4M3FNUZ = 14,
+  FERROLITE_DT_FP8E5M2 = 15,
+  FERROLITE_DT_FP8E5M2FNUZ = 16,
+  FERROLITE_DT_FP8E8M0 = 17,
+  FERROLITE_DT_FP4E2M1 = 18,
+  FERROLITE_DT_INT4 = 19,
+  FERROLITE_DT_UINT4 = 20,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

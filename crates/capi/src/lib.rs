@@ -85,6 +85,16 @@ pub enum ferrolite_dtype {
     FERROLITE_DT_UINT64 = 11,
     /// One byte per element, 0 or 1.
     FERROLITE_DT_BOOL = 12,
+    /// Low-precision storage types, one byte per element (the bit pattern; int4/uint4 as the
+    /// extended value).
+    FERROLITE_DT_FP8E4M3FN = 13,
+    FERROLITE_DT_FP8E4M3FNUZ = 14,
+    FERROLITE_DT_FP8E5M2 = 15,
+    FERROLITE_DT_FP8E5M2FNUZ = 16,
+    FERROLITE_DT_FP8E8M0 = 17,
+    FERROLITE_DT_FP4E2M1 = 18,
+    FERROLITE_DT_INT4 = 19,
+    FERROLITE_DT_UINT4 = 20,
 }
 
 /// Compute precision for [`prerun_graph_multithread`]. Only fp32 for now.
@@ -675,6 +685,14 @@ fn dtype_code(d: DType) -> ferrolite_dtype {
         DType::I64 => FERROLITE_DT_INT64,
         DType::U64 => FERROLITE_DT_UINT64,
         DType::Bool => FERROLITE_DT_BOOL,
+        DType::F8E4M3FN => FERROLITE_DT_FP8E4M3FN,
+        DType::F8E4M3FNUZ => FERROLITE_DT_FP8E4M3FNUZ,
+        DType::F8E5M2 => FERROLITE_DT_FP8E5M2,
+        DType::F8E5M2FNUZ => FERROLITE_DT_FP8E5M2FNUZ,
+        DType::F8E8M0 => FERROLITE_DT_FP8E8M0,
+        DType::F4E2M1 => FERROLITE_DT_FP4E2M1,
+        DType::I4 => FERROLITE_DT_INT4,
+        DType::U4 => FERROLITE_DT_UINT4,
     }
 }
 
