@@ -481,10 +481,19 @@ mod tests {
         let n = node("Cast", vec![str_attr("to", "INT32")], 1);
         let o = map(&n, 1).unwrap();
         assert_eq!(o.as_any().downcast_ref::<Cast>().unwrap().to, DType::I32);
-        for t in [data_type::FLOAT8E4M3FN, data_type::INT4, data_type::STRING] {
-            let n = node("Cast", vec![int_attr("to", t as i64)], 1);
-            assert!(matches!(map(&n, 21), Err(MapError::Unsupported(_))));
-        }
+        let n = node(
+            "Cast",
+            vec![
+                int_attr("to", data_type::FLOAT8E4M3FN as i64),
+                int_attr("saturate", 0),
+            ],
+            1,
+        );
+        let o = map(&n, 21).unwrap();
+        let c = o.as_any().downcast_ref::<Cast>().unwrap();
+        assert_eq!((c.to, c.saturate), (DType::F8E4M3FN, false));
+        let n = node("Cast", vec![int_attr("to", data_type::STRING as i64)], 1);
+        assert!(matches!(map(&n, 21), Err(MapError::Unsupported(_))));
         let n = node("Cast", vec![], 1);
         assert!(map(&n, 13).is_err());
     }

@@ -34,12 +34,22 @@ fn in_dtype(d: DType, v: f64) -> f64 {
     crate::dispatch_float!(d, T => { T::from_f64(v).to_f64() }, v)
 }
 
-/// Writes `round(v)` saturated to the output type.
-fn requantize(to: DType, shape: &[usize], vals: impl Iterator<Item = f64>) -> OpResult<Tensor> {
-    let (lo, hi) = int_range(to).unwrap_or((0.0, 255.0));
+/// Writes `round(v)` to the output type, saturated or (`wrap`) modulo 256.
+fn requantize(
+    to: DType,
+    shape: &[usize],
+    wrap: bool,
+    vals: impl Iterator<Item = f64>,
+) -> OpResult<Tensor> {
+    let (lo, hi) = if wrap {
+        (i32::MIN as f64, i32::MAX as f64)
+    } else {
+        int_range(to).unwrap_or((0.0, 255.0))
+    };
     let mut out = Tensor::zeros(to, shape)?;
     crate::dispatch_all!(to, T => {
         for (o, v) in out.as_mut_slice::<T>()?.iter_mut().zip(vals) {
+            // `from_i64` on u8/i8 truncates to the low byte, i.e. wraps.
             let r = v.round_ties_even().clamp(lo, hi);
             *o = T::from_i64(if r.is_nan() { 0 } else { r as i64 });
         }
@@ -101,7 +111,14 @@ impl Op for QLinearMatMul {
             acc.push(v)
         });
         let to = yz_t.map_or(a.dtype(), |t| t.dtype());
-        let y = requantize(to, &s.output, acc.iter().map(|&c| c as f64 * mult + yz))?;
+        // The ONNX reference (and so the node tests) converts with numpy's `astype`, which wraps
+        // out-of-range results instead of saturating.
+        let y = requantize(
+            to,
+            &s.output,
+            true,
+            acc.iter().map(|&c| c as f64 * mult + yz),
+        )?;
         Ok(vec![y])
     }
 }
@@ -209,7 +226,7 @@ impl Op for QLinearConv {
             let ch = (i / spatial.max(1)) % m.max(1);
             c * if mult.len() == 1 { mult[0] } else { mult[ch] } + yz
         });
-        Ok(vec![requantize(to, &shape, vals)?])
+        Ok(vec![requantize(to, &shape, false, vals)?])
     }
 }
 
@@ -239,6 +256,25 @@ mod tests {
         )
         .remove(0);
         assert_eq!(y.as_slice::<u8>().unwrap(), &[34]);
+        // 6 * 0.5 * 2 / 0.0625 = 96, + 100 = 196: wraps to -60 in i8 like the reference.
+        let a = Tensor::from_vec(&[1, 2], vec![2i8, 4]).unwrap();
+        let b = Tensor::from_vec(&[2, 1], vec![1i8, 3]).unwrap();
+        let one = Tensor::scalar(1i8);
+        let y = run(
+            &QLinearMatMul,
+            &[
+                Some(&a),
+                Some(&f32s(&[], &[0.5])),
+                Some(&one),
+                Some(&b),
+                Some(&f32s(&[], &[2.0])),
+                Some(&one),
+                Some(&f32s(&[], &[0.0625])),
+                Some(&Tensor::scalar(100i8)),
+            ],
+        )
+        .remove(0);
+        assert_eq!(y.as_slice::<i8>().unwrap(), &[-60]);
     }
 
     #[test]
