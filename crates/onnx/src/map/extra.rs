@@ -14,7 +14,6 @@ use ferrolite_core::ops::extra::roi_align::RoiAlign;
 use ferrolite_core::ops::extra::rotary::RotaryEmbedding;
 use ferrolite_core::ops::extra::swish::Swish;
 use ferrolite_core::ops::extra::tensor_scatter::TensorScatter;
-use ferrolite_core::ops::extra::upsample::Upsample;
 
 pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("Attention", attention),
@@ -23,7 +22,6 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("RMSNormalization", rms_norm),
     ("RotaryEmbedding", rotary_embedding),
     ("Swish", swish),
-    ("Upsample", upsample),
     ("DeformConv", deform_conv),
     ("Col2Im", col2im),
     ("CenterCropPad", center_crop_pad),
@@ -233,22 +231,4 @@ fn deform_conv(n: &NodeCtx) -> MapResult {
         pads: n.ints("pads")?.unwrap_or_default(),
         strides: n.ints("strides")?.unwrap_or_default(),
     })
-}
-
-fn upsample(n: &NodeCtx) -> MapResult {
-    let linear = match n.string("mode", "nearest")?.as_str() {
-        "nearest" => false,
-        "linear" | "bilinear" => true,
-        m => return Err(MapError::Invalid(format!("unknown mode '{m}'"))),
-    };
-    // Opset 7 has a scales attribute; 9 moved it to an input.
-    let scales = if n.opset < 9 {
-        Some(
-            n.floats("scales")?
-                .ok_or_else(|| MapError::Invalid("scales is required".into()))?,
-        )
-    } else {
-        None
-    };
-    op(Upsample { linear, scales })
 }

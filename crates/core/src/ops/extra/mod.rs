@@ -13,4 +13,3 @@ pub mod roi_align;
 pub mod rotary;
 pub mod swish;
 pub mod tensor_scatter;
-pub mod upsample;
