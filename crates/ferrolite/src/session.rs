@@ -184,6 +184,9 @@ pub fn node_flops(graph: &Graph, n: &Node) -> u64 {
     outs.map(|o| n.op.flops(&ins, &o)).unwrap_or(0)
 }
 
+/// What [`Session::run_profiled`] returns: the outputs, the time of each plan step, the plan.
+pub type ProfiledRun = (Outputs, Vec<Duration>, Arc<Prepared>);
+
 /// The outputs of a run, in model order, by name.
 #[derive(Clone, Debug)]
 pub struct Outputs(pub Vec<(String, Tensor)>);
@@ -632,10 +635,7 @@ impl Session {
 
     /// [`Session::run`] that also times every step of the plan (see
     /// [`ferrolite_core::plan::Plan::run_profiled`]); the plan comes back to name the steps.
-    pub fn run_profiled(
-        &self,
-        inputs: &[(&str, Tensor)],
-    ) -> Result<(Outputs, Vec<Duration>, Arc<Prepared>)> {
+    pub fn run_profiled(&self, inputs: &[(&str, Tensor)]) -> Result<ProfiledRun> {
         let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
         let (ordered, prepared) = self.order_inputs(&refs)?;
         let (results, times) = self.in_pool(|| prepared.plan.run_profiled(&ordered))?;
