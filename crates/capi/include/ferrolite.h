@@ -133,11 +133,13 @@ const char *ferrolite_last_error(void);
 // The library version, e.g. "0.1.0". Static string, never NULL.
 const char *ferrolite_version(void);
 
-// Loads a model file (ONNX; format detected from the content). External tensor data is read
-// from the file's folder. On success `*graph` receives the new graph.
+// Loads a model file or folder: ONNX (external tensor data is read from the file's folder), or
+// a Paddle model folder / `.pdmodel` file with its parameters beside it. On success `*graph`
+// receives the new graph.
 ferrolite_status create_graph(const char *model_path, struct ferrolite_graph **graph);
 
-// Loads a model from memory. `format` names it ("onnx"), or is NULL or "" to detect it. The
+// Loads a model from memory. `format` names it ("onnx"; Paddle models load from files only),
+// or is NULL or "" to detect it. The
 // bytes are only read during the call.
 ferrolite_status create_graph_from_memory(const char *format,
                                           const uint8_t *data,

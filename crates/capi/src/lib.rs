@@ -469,8 +469,9 @@ fn check_initialized() -> FResult<()> {
     Ok(())
 }
 
-/// Loads a model file (ONNX; format detected from the content). External tensor data is read
-/// from the file's folder. On success `*graph` receives the new graph.
+/// Loads a model file or folder: ONNX (external tensor data is read from the file's folder), or
+/// a Paddle model folder / `.pdmodel` file with its parameters beside it. On success `*graph`
+/// receives the new graph.
 #[no_mangle]
 pub extern "C" fn create_graph(
     model_path: *const c_char,
@@ -479,16 +480,13 @@ pub extern "C" fn create_graph(
     ffi(|| {
         check_initialized()?;
         let path = std::path::PathBuf::from(c_str(model_path, "model_path")?);
-        let bytes = std::fs::read(&path)
-            .map_err(|e| Fail(FERROLITE_ERR_MODEL, format!("{}: {e}", path.display())))?;
-        let format = Format::detect(&bytes).map_err(engine(FERROLITE_ERR_MODEL))?;
-        let model = ferrolite::load_model_as(format, &bytes, path.parent())
-            .map_err(engine(FERROLITE_ERR_MODEL))?;
+        let model = ferrolite::load_path(&path).map_err(engine(FERROLITE_ERR_MODEL))?;
         new_graph(model, graph)
     })
 }
 
-/// Loads a model from memory. `format` names it ("onnx"), or is NULL or "" to detect it. The
+/// Loads a model from memory. `format` names it ("onnx"; Paddle models load from files only),
+/// or is NULL or "" to detect it. The
 /// bytes are only read during the call.
 #[no_mangle]
 pub extern "C" fn create_graph_from_memory(

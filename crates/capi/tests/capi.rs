@@ -195,8 +195,8 @@ fn from_memory_with_named_or_detected_format() {
     let mut g = null_mut();
     assert_err(
         create_graph_from_memory(paddle.as_ptr(), bytes.as_ptr(), bytes.len(), &mut g),
-        FERROLITE_ERR_INVALID_ARGUMENT,
-        "not supported",
+        FERROLITE_ERR_MODEL,
+        "not from one buffer",
     );
     assert_err(
         create_graph_from_memory(null(), b"garbage".as_ptr(), 7, &mut g),
