@@ -198,16 +198,6 @@ impl Session {
         self.inner.outputs().iter().map(|i| node_arg(py, i)).collect()
     }
 
-    /// onnxruntime spelling of `inputs`.
-    fn get_inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.inputs(py)
-    }
-
-    /// onnxruntime spelling of `outputs`.
-    fn get_outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.outputs(py)
-    }
-
     /// Number of kernel worker threads.
     #[getter]
     fn threads(&self) -> usize {
