@@ -189,23 +189,21 @@ impl Session {
     /// The model inputs (list of NodeArg).
     #[getter]
     fn inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.inner.inputs().iter().map(|i| node_arg(py, i)).collect()
+        self.inner
+            .inputs()
+            .iter()
+            .map(|i| node_arg(py, i))
+            .collect()
     }
 
     /// The model outputs (list of NodeArg).
     #[getter]
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.inner.outputs().iter().map(|i| node_arg(py, i)).collect()
-    }
-
-    /// onnxruntime spelling of `inputs`.
-    fn get_inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.inputs(py)
-    }
-
-    /// onnxruntime spelling of `outputs`.
-    fn get_outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.outputs(py)
+        self.inner
+            .outputs()
+            .iter()
+            .map(|i| node_arg(py, i))
+            .collect()
     }
 
     /// Number of kernel worker threads.
@@ -230,7 +228,12 @@ impl Session {
                 .extract()
                 .map_err(|_| PyTypeError::new_err("feed names must be strings"))?;
             let Some(info) = self.inner.input(&name) else {
-                let known: Vec<&str> = self.inner.inputs().iter().map(|i| i.name.as_str()).collect();
+                let known: Vec<&str> = self
+                    .inner
+                    .inputs()
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect();
                 return Err(FerroliteError::new_err(format!(
                     "input '{name}': the model has no such input (inputs: {})",
                     known.join(", ")
@@ -250,8 +253,7 @@ impl Session {
         }
         let session = self.inner.clone();
         let result = py.allow_threads(move || -> ferrolite::Result<Vec<Tensor>> {
-            let refs: Vec<(&str, &Tensor)> =
-                inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+            let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
             match &output_names {
                 None => Ok(session
                     .run_refs(&refs)?
