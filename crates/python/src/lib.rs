@@ -37,6 +37,15 @@ fn numpy_name(d: DType) -> &'static str {
         DType::I64 => "int64",
         DType::U64 => "uint64",
         DType::Bool => "bool",
+        // Low-precision storage types travel as their raw bytes.
+        DType::F8E4M3FN
+        | DType::F8E4M3FNUZ
+        | DType::F8E5M2
+        | DType::F8E5M2FNUZ
+        | DType::F8E8M0
+        | DType::F4E2M1 => "uint8",
+        DType::I4 => "int8",
+        DType::U4 => "uint8",
     }
 }
 
