@@ -236,6 +236,7 @@ fn conv_op(c: &ConvCase) -> Arc<dyn Op> {
             auto_pad: c.auto_pad,
         },
         group: c.group,
+        activation: None,
     })
 }
 
@@ -323,6 +324,7 @@ fn gemm_matches_reference() {
                             beta,
                             trans_a: ta,
                             trans_b: tb,
+                            activation: None,
                         };
                         let ins = vec![Some(a), Some(b), c.map(|s| rng.tensor(s))];
                         check(Arc::new(op), &ins, &[false, true, true]);

@@ -1007,7 +1007,14 @@ fn conv2d(c: &mut Ctx) -> MapResult {
     if let Some(b) = c.input_opt("Bias")? {
         ins.push(b);
     }
-    let out = c.add(Conv { params, group }, &ins)?;
+    let out = c.add(
+        Conv {
+            params,
+            group,
+            activation: None,
+        },
+        &ins,
+    )?;
     c.set("Output", out);
     Ok(())
 }
@@ -1029,6 +1036,7 @@ fn conv2d_transpose(c: &mut Ctx) -> MapResult {
         ConvTranspose {
             params,
             group,
+            activation: None,
             output_padding,
             output_shape,
         },

@@ -59,6 +59,7 @@ fn conv(n: &NodeCtx) -> MapResult {
     op(Conv {
         params: conv_params(n)?,
         group: group(n)?,
+        activation: None,
     })
 }
 
@@ -73,6 +74,7 @@ fn conv_transpose(n: &NodeCtx) -> MapResult {
     op(ConvTranspose {
         params: conv_params(n)?,
         group: group(n)?,
+        activation: None,
         output_padding: sizes(n, "output_padding")?,
         output_shape: sizes(n, "output_shape")?,
     })
@@ -93,6 +95,7 @@ fn gemm(n: &NodeCtx) -> MapResult {
         beta: n.float("beta", 1.0)?,
         trans_a: n.int("transA", 0)? != 0,
         trans_b: n.int("transB", 0)? != 0,
+        activation: None,
     })
 }
 

@@ -6,6 +6,7 @@
 use super::conv_geometry::{for_each_index, ConvGeometry, ConvParams};
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
+use crate::ops::nn::activation::{apply_optional_f64, Activation};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// Resolved shapes of a convolution: geometry plus channel counts.
@@ -124,11 +125,13 @@ pub fn conv_reference(
     }
 }
 
-/// ONNX Conv.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// ONNX Conv, with an optional fused epilogue activation (set by the fusion pass).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Conv {
     pub params: ConvParams,
     pub group: usize,
+    /// Applied to every output element after the bias.
+    pub activation: Option<Activation>,
 }
 
 impl Default for Conv {
@@ -136,6 +139,7 @@ impl Default for Conv {
         Conv {
             params: ConvParams::default(),
             group: 1,
+            activation: None,
         }
     }
 }
@@ -187,8 +191,11 @@ impl Op for Conv {
         s.check_per_channel(b.map(|b| b.shape()), "input 2 (B)")?;
         let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
         let bv = b.map(|b| b.to_f64_vec());
+        let act = self.activation;
         let y = tensor_from_sink(x.dtype(), &s.output_shape(), |sink| {
-            conv_reference(&s, &xv, &wv, bv.as_deref(), sink)
+            conv_reference(&s, &xv, &wv, bv.as_deref(), &mut |v| {
+                sink(apply_optional_f64(act, v))
+            })
         })?;
         Ok(vec![y])
     }
@@ -387,9 +394,23 @@ mod tests {
                 ..Default::default()
             },
             group: 2,
+            activation: None,
         };
         let y = c.eval(&[Some(&x), Some(&w), Some(&b)]).unwrap();
         assert_eq!(y[0].shape(), &[1, 2, 2]);
+        // The fused epilogue applies after the bias: ch1's first value 0 stays, others clip.
+        let clipped = Conv {
+            activation: Some(Activation::Clip { min: 1.0, max: 6.0 }),
+            ..c.clone()
+        };
+        let yc = clipped.eval(&[Some(&x), Some(&w), Some(&b)]).unwrap();
+        let want: Vec<f32> = y[0]
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.clamp(1.0, 6.0))
+            .collect();
+        assert_eq!(yc[0].as_slice::<f32>().unwrap(), want.as_slice());
         // ch0: 1+3+10, 2+4+10; ch1: 10-30+20, 20-40+20.
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[14., 16., 0., 0.]);
         // Channel mismatch and wrong bias are errors.

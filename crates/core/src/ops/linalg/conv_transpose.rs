@@ -7,12 +7,15 @@
 use super::conv_geometry::{for_each_index, AutoPad, ConvParams};
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
+use crate::ops::nn::activation::{apply_optional_f64, Activation};
 use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConvTranspose {
     pub params: ConvParams,
     pub group: usize,
+    /// Fused epilogue activation, applied after the bias (set by the fusion pass).
+    pub activation: Option<Activation>,
     /// Extra size added at the end of each spatial dimension. Default: all 0.
     pub output_padding: Option<Vec<usize>>,
     /// Requested spatial output shape (the last `rank` values are used); pads are then derived.
@@ -24,6 +27,7 @@ impl Default for ConvTranspose {
         ConvTranspose {
             params: ConvParams::default(),
             group: 1,
+            activation: None,
             output_padding: None,
             output_shape: None,
         }
@@ -259,8 +263,11 @@ impl Op for ConvTranspose {
         }
         let (xv, wv) = (x.to_f64_vec(), w.to_f64_vec());
         let bv = b.map(|b| b.to_f64_vec());
+        let act = self.activation;
         let y = tensor_from_sink(x.dtype(), &s.output_shape(), |sink| {
-            conv_transpose_reference(&s, &xv, &wv, bv.as_deref(), sink)
+            conv_transpose_reference(&s, &xv, &wv, bv.as_deref(), &mut |v| {
+                sink(apply_optional_f64(act, v))
+            })
         })?;
         Ok(vec![y])
     }

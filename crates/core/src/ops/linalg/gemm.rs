@@ -3,6 +3,7 @@
 
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
+use crate::ops::nn::activation::{apply_optional_f64, Activation};
 use crate::ops::util::{broadcast_offsets, broadcast_shapes};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
@@ -12,6 +13,8 @@ pub struct Gemm {
     pub beta: f32,
     pub trans_a: bool,
     pub trans_b: bool,
+    /// Fused epilogue activation, applied after adding C (set by the fusion pass).
+    pub activation: Option<Activation>,
 }
 
 impl Default for Gemm {
@@ -21,6 +24,7 @@ impl Default for Gemm {
             beta: 1.0,
             trans_a: false,
             trans_b: false,
+            activation: None,
         }
     }
 }
@@ -128,7 +132,7 @@ impl Op for Gemm {
                     if let Some((cv, off)) = &cv {
                         v += beta * cv[off[i * n + j]];
                     }
-                    sink(v);
+                    sink(apply_optional_f64(self.activation, v));
                 }
             }
         })?;
@@ -169,6 +173,7 @@ mod tests {
             beta: 2.0,
             trans_a: true,
             trans_b: true,
+            activation: None,
         };
         let y = g.eval(&[Some(&at), Some(&bt), Some(&c)]).unwrap();
         assert_eq!(y[0].as_slice::<f32>().unwrap(), &[31., 30., 71.5, 75.]);
