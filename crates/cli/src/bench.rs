@@ -167,10 +167,13 @@ fn mb(bytes: u64) -> String {
 /// The memory line of `info` and `bench`.
 pub fn memory_text(m: &MemoryStats) -> String {
     let mut s = format!(
-        "intermediates {} tensors, {} in all, {} peak live (by lifetime)",
+        "intermediates {} tensors, {} in all, {} peak live (by lifetime), {} planned arena \
+         ({} shared buffers)",
         m.intermediates,
         mb(m.intermediate_bytes),
-        mb(m.peak_live_bytes)
+        mb(m.peak_live_bytes),
+        mb(m.arena_bytes),
+        m.arena_buffers
     );
     if m.unknown > 0 {
         let _ = write!(s, "; {} sized only at run time", m.unknown);
@@ -180,8 +183,13 @@ pub fn memory_text(m: &MemoryStats) -> String {
 
 fn memory_json(m: &MemoryStats) -> String {
     format!(
-        "{{\"intermediates\":{},\"intermediate_bytes\":{},\"peak_live_bytes\":{},\"unknown\":{}}}",
-        m.intermediates, m.intermediate_bytes, m.peak_live_bytes, m.unknown
+        "{{\"intermediates\":{},\"intermediate_bytes\":{},\"peak_live_bytes\":{},\"arena_bytes\":{},\"arena_buffers\":{},\"unknown\":{}}}",
+        m.intermediates,
+        m.intermediate_bytes,
+        m.peak_live_bytes,
+        m.arena_bytes,
+        m.arena_buffers,
+        m.unknown
     )
 }
 

@@ -19,7 +19,7 @@ pub use dtype::{DType, DTypeSet, Elem};
 pub use error::{Error, OpError, OpResult, Result, UnsupportedOp};
 pub use graph::{DeclaredType, Dim, Graph, Node, NodeId, Value, ValueId};
 pub use op::{InferCtx, InferInput, Op, Prototype, TensorInfo};
-pub use tensor::Tensor;
+pub use tensor::{Storage, Tensor};
 
 /// Re-exported so the dispatch macros work in other crates.
 pub use half;

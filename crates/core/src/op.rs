@@ -207,6 +207,12 @@ pub trait Op: Debug + Send + Sync + Any {
         true
     }
 
+    /// Whether the reference's output 0 shares input 0's data instead of copying it (Reshape
+    /// and friends), so the memory planner keeps that buffer alive for both.
+    fn output_aliases_input(&self) -> bool {
+        false
+    }
+
     fn as_any(&self) -> &dyn Any;
 }
 

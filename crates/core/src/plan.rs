@@ -6,7 +6,7 @@
 
 use crate::infer::{check_results, infer_node, node_error};
 use crate::op::InferInput;
-use crate::{Error, Graph, Node, Op, OpResult, Result, Tensor, TensorInfo, ValueId};
+use crate::{Error, Graph, Node, Op, OpResult, Result, Storage, Tensor, TensorInfo, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,12 @@ pub trait Kernel: Debug + Send + Sync {
 
     /// A short name for profiles and dumps.
     fn name(&self) -> &str;
+
+    /// Whether the kernel writes into the `outputs` it is given. A kernel that replaces them
+    /// (the reference) gets empty placeholders, so no planned buffer is wasted on it.
+    fn writes_into_outputs(&self) -> bool {
+        true
+    }
 }
 
 /// The kernel of last resort: the op's reference implementation.
@@ -43,6 +49,10 @@ impl Kernel for ReferenceKernel {
 
     fn name(&self) -> &str {
         "reference"
+    }
+
+    fn writes_into_outputs(&self) -> bool {
+        false
     }
 }
 
@@ -110,6 +120,129 @@ pub struct MemoryStats {
     pub peak_live_bytes: u64,
     /// Outputs of dynamic steps, whose sizes are only known at run time (counted as 0 above).
     pub unknown: usize,
+    /// Bytes of the buffers the memory plan shares between intermediates by lifetime.
+    pub arena_bytes: u64,
+    /// Number of those shared buffers.
+    pub arena_buffers: usize,
+}
+
+/// Where intermediates live: buffers shared by tensors whose lifetimes do not overlap.
+#[derive(Debug, Default)]
+struct MemoryPlan {
+    /// The buffer of each slot; `None` for inputs, constants, graph outputs (handed to the
+    /// caller), dynamic outputs and outputs of kernels that allocate their own.
+    buffer_of: Vec<Option<usize>>,
+    /// Size of each buffer in bytes.
+    buffer_bytes: Vec<u64>,
+}
+
+impl MemoryPlan {
+    /// Greedy by size: the largest tensors are placed first, each in the smallest buffer that
+    /// is free over its whole lifetime, or in a new one. A step's outputs are alive together
+    /// with its inputs. Outputs that share their input's data (Reshape) join its group, which
+    /// then lives as long as all its members.
+    fn build(steps: &[Step], slot_kind: &[SlotKind], keep: &HashSet<usize>) -> MemoryPlan {
+        let n = slot_kind.len();
+        let mut bytes: Vec<Option<u64>> = vec![None; n];
+        let mut first = vec![usize::MAX; n];
+        let mut last = vec![0usize; n];
+        // Union-find over alias groups.
+        let mut parent: Vec<usize> = (0..n).collect();
+        fn find(parent: &mut [usize], mut s: usize) -> usize {
+            while parent[s] != s {
+                parent[s] = parent[parent[s]];
+                s = parent[s];
+            }
+            s
+        }
+        let mut excluded = vec![false; n];
+        for (si, step) in steps.iter().enumerate() {
+            for s in step.inputs.iter().flatten() {
+                last[*s] = last[*s].max(si);
+            }
+            for (k, &s) in step.outputs.iter().enumerate() {
+                first[s] = first[s].min(si);
+                last[s] = last[s].max(si);
+                match &step.output_types {
+                    Some(types) if step.kernel.writes_into_outputs() || k == 0 => {
+                        let ty = &types[k];
+                        bytes[s] = Some((ty.numel() as u64).saturating_mul(ty.dtype.size() as u64));
+                    }
+                    _ => excluded[s] = true,
+                }
+            }
+            let alias = !step.kernel.writes_into_outputs() && step.node.op.output_aliases_input();
+            if alias {
+                if let (Some(Some(i)), Some(&o)) = (step.inputs.first(), step.outputs.first()) {
+                    if slot_kind[*i] == SlotKind::Temp {
+                        let (ri, ro) = (find(&mut parent, *i), find(&mut parent, o));
+                        parent[ro] = ri;
+                    } else {
+                        excluded[o] = true;
+                    }
+                }
+            } else if !step.kernel.writes_into_outputs() {
+                // The reference allocates its own outputs.
+                for &s in &step.outputs {
+                    excluded[s] = true;
+                }
+            }
+        }
+        for &s in keep {
+            excluded[s] = true;
+        }
+        // Per group: lifetime, size, and whether any member rules the group out.
+        let mut group_span: HashMap<usize, (usize, usize, u64, bool)> = HashMap::new();
+        for s in 0..n {
+            if slot_kind[s] != SlotKind::Temp || first[s] == usize::MAX {
+                continue;
+            }
+            let r = find(&mut parent, s);
+            let e = group_span.entry(r).or_insert((usize::MAX, 0, 0, false));
+            e.0 = e.0.min(first[s]);
+            e.1 = e.1.max(last[s]);
+            e.2 = e.2.max(bytes[s].unwrap_or(0));
+            e.3 |= excluded[s] || bytes[s].is_none();
+        }
+        // An alias group's root may be the only member that an aliasing reference kernel did
+        // not allocate: the group is placed if none of its members is excluded.
+        let mut groups: Vec<(usize, usize, usize, u64)> = group_span
+            .into_iter()
+            .filter(|(_, (_, _, b, ex))| !ex && *b > 0)
+            .map(|(r, (f, l, b, _))| (r, f, l, b))
+            .collect();
+        groups.sort_by(|a, b| b.3.cmp(&a.3).then(a.1.cmp(&b.1)).then(a.0.cmp(&b.0)));
+        let mut plan = MemoryPlan {
+            buffer_of: vec![None; n],
+            buffer_bytes: Vec::new(),
+        };
+        let mut busy: Vec<Vec<(usize, usize)>> = Vec::new();
+        let mut group_buffer: HashMap<usize, usize> = HashMap::new();
+        for &(root, f, l, b) in &groups {
+            let free = |spans: &Vec<(usize, usize)>| spans.iter().all(|&(a, z)| z < f || a > l);
+            // Buffers are created largest first, so every existing one is big enough.
+            let pick = (0..busy.len())
+                .filter(|&k| free(&busy[k]))
+                .min_by_key(|&k| plan.buffer_bytes[k]);
+            let k = match pick {
+                Some(k) => k,
+                None => {
+                    plan.buffer_bytes.push(b);
+                    busy.push(Vec::new());
+                    busy.len() - 1
+                }
+            };
+            busy[k].push((f, l));
+            group_buffer.insert(root, k);
+        }
+        for s in 0..n {
+            if slot_kind[s] == SlotKind::Temp && first[s] != usize::MAX {
+                let r = find(&mut parent, s);
+                plan.buffer_of[s] = group_buffer.get(&r).copied();
+            }
+        }
+        plan
+    }
 }
 
 /// Time spent in one op type during a profiled run.
@@ -129,8 +262,9 @@ pub struct Plan {
     constants: Vec<Option<Tensor>>,
     output_slots: Vec<usize>,
     input_types: Vec<TensorInfo>,
-    /// Buffers kept between runs, one set per concurrent run.
-    pools: Mutex<Vec<Vec<Option<Tensor>>>>,
+    memory: MemoryPlan,
+    /// The memory plan's buffers kept between runs, one set per concurrent run.
+    pools: Mutex<Vec<Vec<Option<Storage>>>>,
 }
 
 impl Plan {
@@ -234,6 +368,12 @@ impl Plan {
                 last_use.insert(*s, si);
             }
         }
+        for (si, step) in steps.iter().enumerate() {
+            // Outputs nobody reads (MaxPool's indices, say) die with their step.
+            for &s in &step.outputs {
+                last_use.entry(s).or_insert(si);
+            }
+        }
         for (s, si) in last_use {
             if slots.kind[s] == SlotKind::Temp && !keep.contains(&s) {
                 steps[si].frees.push(s);
@@ -244,14 +384,22 @@ impl Plan {
             constants,
             ..
         } = slots;
+        let memory = MemoryPlan::build(&steps, &slot_kind, &keep);
         Ok(Plan {
             steps,
             slot_kind,
             constants,
             output_slots,
             input_types,
+            memory,
             pools: Mutex::new(Vec::new()),
         })
+    }
+
+    fn empty_pool(&self) -> Vec<Option<Storage>> {
+        std::iter::repeat_with(|| None)
+            .take(self.memory.buffer_bytes.len())
+            .collect()
     }
 
     pub fn input_types(&self) -> &[TensorInfo] {
@@ -265,7 +413,7 @@ impl Plan {
             .lock()
             .map_err(|_| Error::Other("buffer pool poisoned".into()))?
             .pop()
-            .unwrap_or_else(|| vec![None; self.slot_kind.len()]);
+            .unwrap_or_else(|| self.empty_pool());
         let result = self.run_with(inputs, &mut pool, None);
         if let Ok(mut pools) = self.pools.lock() {
             pools.push(pool);
@@ -281,7 +429,7 @@ impl Plan {
             .lock()
             .map_err(|_| Error::Other("buffer pool poisoned".into()))?
             .pop()
-            .unwrap_or_else(|| vec![None; self.slot_kind.len()]);
+            .unwrap_or_else(|| self.empty_pool());
         let mut times = Vec::with_capacity(self.steps.len());
         let result = self.run_with(inputs, &mut pool, Some(&mut times));
         if let Ok(mut pools) = self.pools.lock() {
@@ -318,6 +466,8 @@ impl Plan {
                 live = live.saturating_sub(bytes[s]);
             }
         }
+        stats.arena_bytes = self.memory.buffer_bytes.iter().sum();
+        stats.arena_buffers = self.memory.buffer_bytes.len();
         stats
     }
 
@@ -342,7 +492,7 @@ impl Plan {
     fn run_with(
         &self,
         inputs: &[&Tensor],
-        pool: &mut [Option<Tensor>],
+        pool: &mut [Option<Storage>],
         mut profile: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<Tensor>> {
         let mut vals: Vec<Option<Tensor>> = vec![None; self.slot_kind.len()];
@@ -385,13 +535,14 @@ impl Plan {
                 }
             };
             let mut outs = Vec::with_capacity(types.len());
+            let writes = step.kernel.writes_into_outputs();
             for (s, ty) in step.outputs.iter().zip(&types) {
-                let reuse = pool[*s]
-                    .take()
-                    .filter(|t| t.dtype() == ty.dtype && t.shape() == ty.shape.as_slice());
-                outs.push(match reuse {
-                    Some(t) => t,
-                    None => Tensor::zeros(ty.dtype, &ty.shape)?,
+                outs.push(if writes {
+                    let storage = self.memory.buffer_of[*s].and_then(|b| pool[b].take());
+                    Tensor::with_storage(ty.dtype, &ty.shape, storage)?
+                } else {
+                    // Replaced by the kernel.
+                    Tensor::zeros(ty.dtype, &[0])?
                 });
             }
             step.kernel
@@ -404,7 +555,17 @@ impl Plan {
                 vals[*s] = Some(t);
             }
             for &s in &step.frees {
-                pool[s] = vals[s].take();
+                let freed = vals[s].take();
+                // A buffer still shared (an output that aliases it, a caller's copy) is not
+                // reused; the plan allocates afresh instead.
+                if let (Some(b), Some(t)) = (self.memory.buffer_of[s], freed) {
+                    if let Some(st) = t.into_storage() {
+                        let keep_old = pool[b].as_ref().is_some_and(|o| o.bytes() >= st.bytes());
+                        if !keep_old {
+                            pool[b] = Some(st);
+                        }
+                    }
+                }
             }
             if let (Some(times), Some(t0)) = (profile.as_deref_mut(), started) {
                 times.push(t0.elapsed());
@@ -462,6 +623,93 @@ mod tests {
         assert_eq!(m.intermediate_bytes, 4096);
         assert_eq!(m.peak_live_bytes, 3072);
         assert_eq!(m.unknown, 0);
+    }
+
+    /// Runs the reference, then copies into the planned outputs (as fast kernels do).
+    #[derive(Debug)]
+    struct CopyingKernel(Arc<dyn Op>);
+
+    impl Kernel for CopyingKernel {
+        fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+            for (o, r) in outputs.iter_mut().zip(self.0.eval(inputs)?) {
+                o.bytes_mut().copy_from_slice(r.bytes());
+            }
+            Ok(())
+        }
+        fn name(&self) -> &str {
+            "copying"
+        }
+    }
+
+    struct Copying;
+
+    impl KernelProvider for Copying {
+        fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>> {
+            if req.node.op.output_aliases_input() {
+                return Ok(None);
+            }
+            Ok(Some(Box::new(CopyingKernel(req.node.op.clone()))))
+        }
+    }
+
+    #[test]
+    fn arena_shares_buffers_by_lifetime() {
+        use crate::ops::shape::reshape::Reshape;
+        // x -> a = Relu -> r = Reshape(a) -> b = Neg(r) -> c = Relu(b) -> y = Neg(c).
+        // {a, r} share data and live over steps 0..=2, b over 2..=3, c over 3..=4: a and c
+        // can take one buffer, b another; y is a graph output and gets its own memory.
+        let n = 256;
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let a = g
+            .add_op("a", unary(UnaryKind::Relu), vec![Some(x)], 1)
+            .unwrap()[0];
+        let shape = g.add_constant("shape", Tensor::from_vec(&[2], vec![16i64, 16]).unwrap());
+        let r = g
+            .add_op(
+                "r",
+                Arc::new(Reshape::default()),
+                vec![Some(a), Some(shape)],
+                1,
+            )
+            .unwrap()[0];
+        let b = g
+            .add_op("b", unary(UnaryKind::Neg), vec![Some(r)], 1)
+            .unwrap()[0];
+        let c = g
+            .add_op("c", unary(UnaryKind::Relu), vec![Some(b)], 1)
+            .unwrap()[0];
+        let y = g
+            .add_op("y", unary(UnaryKind::Neg), vec![Some(c)], 1)
+            .unwrap()[0];
+        g.outputs.push(y);
+        let dynamic = infer_graph(&mut g, &[TensorInfo::new(DType::F32, vec![n])]).unwrap();
+        let reference = Plan::build(&g, &dynamic, None).unwrap();
+        let planned = Plan::build(&g, &dynamic, Some(&Copying)).unwrap();
+        let m = planned.memory_stats();
+        assert_eq!(
+            planned.steps.len(),
+            5,
+            "{:?}",
+            planned
+                .steps
+                .iter()
+                .map(|s| s.node.name.clone())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(m.intermediate_bytes, 5 * 1024, "{m:?}");
+        assert_eq!(m.arena_buffers, 2);
+        assert_eq!(m.arena_bytes, 2048);
+        assert_eq!(reference.memory_stats().arena_bytes, 0);
+        for k in 0..3 {
+            let x = Tensor::from_vec(&[n], (0..n).map(|i| i as f32 - 100.0 * k as f32).collect())
+                .unwrap();
+            let want = reference.run(&[&x]).unwrap();
+            let got = planned.run(&[&x]).unwrap();
+            assert_eq!(got[0].shape(), &[16, 16]);
+            assert_eq!(got[0].to_f64_vec(), want[0].to_f64_vec());
+        }
     }
 
     #[test]

@@ -25,6 +25,23 @@ pub struct Tensor {
     data: Arc<Vec<Block>>,
 }
 
+/// The memory of a tensor that is no longer needed, kept to back a later tensor (see
+/// [`Tensor::into_storage`] and [`Tensor::with_storage`]). Execution plans reuse it by lifetime.
+pub struct Storage(Vec<Block>);
+
+impl Storage {
+    /// Capacity in bytes.
+    pub fn bytes(&self) -> usize {
+        self.0.len() * 64
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Storage({} bytes)", self.bytes())
+    }
+}
+
 /// Number of elements of a shape, or an error when it overflows.
 pub fn checked_numel(shape: &[usize]) -> Result<usize> {
     shape.iter().try_fold(1usize, |acc, &d| {
@@ -59,6 +76,40 @@ impl Tensor {
             shape: shape.to_vec(),
             data: Arc::new(alloc_blocks(bytes)?),
         })
+    }
+
+    /// A tensor backed by `storage` when it is large enough (its contents are left as they
+    /// are: stale data, not zeros), grown when it is too small, or newly allocated (zeroed)
+    /// without one.
+    pub fn with_storage(dtype: DType, shape: &[usize], storage: Option<Storage>) -> Result<Tensor> {
+        let Some(Storage(mut blocks)) = storage else {
+            return Tensor::zeros(dtype, shape);
+        };
+        let bytes = checked_numel(shape)?
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::Tensor(format!("shape {shape:?} is too large")))?;
+        if bytes > MAX_TENSOR_BYTES {
+            return Err(Error::Tensor(format!(
+                "a tensor of {bytes} bytes exceeds the limit of {MAX_TENSOR_BYTES} bytes"
+            )));
+        }
+        let n = bytes.div_ceil(64);
+        if blocks.len() < n {
+            blocks
+                .try_reserve_exact(n - blocks.len())
+                .map_err(|_| Error::Tensor(format!("could not allocate {bytes} bytes")))?;
+            blocks.resize(n, Block([0; 64]));
+        }
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Arc::new(blocks),
+        })
+    }
+
+    /// The tensor's memory for reuse, when no other tensor shares it.
+    pub fn into_storage(self) -> Option<Storage> {
+        Arc::try_unwrap(self.data).ok().map(Storage)
     }
 
     /// A tensor from raw little-endian bytes. Bool bytes are normalised to 0/1.

@@ -135,6 +135,10 @@ impl Op for Identity {
         Ok(vec![ctx.like(0)?])
     }
 
+    fn output_aliases_input(&self) -> bool {
+        true
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         Ok(vec![required(inputs, 0)?.clone()])
     }

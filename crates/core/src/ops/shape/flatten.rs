@@ -49,6 +49,10 @@ impl Op for Flatten {
         )])
     }
 
+    fn output_aliases_input(&self) -> bool {
+        true
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0)?;
         Ok(vec![x.reshaped(&self.output_shape(x.shape())?)?])

@@ -70,6 +70,10 @@ impl Op for Reshape {
         Ok(vec![TensorInfo::new(ctx.dtype(0)?, shape)])
     }
 
+    fn output_aliases_input(&self) -> bool {
+        true
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let data = required(inputs, 0)?;
         let requested = read_i64s(required(inputs, 1)?, "input 1 (shape)", 64)?;

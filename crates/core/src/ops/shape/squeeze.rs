@@ -65,6 +65,10 @@ impl Op for Squeeze {
         Ok(vec![TensorInfo::new(ctx.dtype(0)?, shape)])
     }
 
+    fn output_aliases_input(&self) -> bool {
+        true
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0)?;
         let axes = axes_of(&self.axes, inputs.get(1).copied().flatten())?;
@@ -124,6 +128,10 @@ impl Op for Unsqueeze {
         let axes = axes_of(&self.axes, v)?;
         let shape = self.output_shape(ctx.shape(0)?, axes.as_deref())?;
         Ok(vec![TensorInfo::new(ctx.dtype(0)?, shape)])
+    }
+
+    fn output_aliases_input(&self) -> bool {
+        true
     }
 
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
