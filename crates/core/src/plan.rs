@@ -25,6 +25,13 @@ pub trait Kernel: Debug + Send + Sync {
     fn writes_into_outputs(&self) -> bool {
         true
     }
+
+    /// An input whose buffer output 0 may take over (an element-wise op whose output has that
+    /// input's dtype and size). When the plan does so, `inputs[k]` arrives as `None` and
+    /// `outputs[0]` holds that input's data; otherwise the call is the ordinary one.
+    fn in_place_input(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The kernel of last resort: the op's reference implementation.
@@ -106,6 +113,9 @@ pub struct Step {
     output_types: Option<Vec<TensorInfo>>,
     /// Slots whose last reader is this step (freed after it).
     frees: Vec<usize>,
+    /// The input whose buffer output 0 takes over, when the kernel allows it and this step is
+    /// the input's last reader.
+    in_place: Option<usize>,
 }
 
 /// Intermediate tensor sizes of a plan (inputs and constants excluded).
@@ -124,6 +134,31 @@ pub struct MemoryStats {
     pub arena_bytes: u64,
     /// Number of those shared buffers.
     pub arena_buffers: usize,
+}
+
+/// Whether `step` may write output 0 over input `k` (see [`Kernel::in_place_input`]): the input
+/// is an intermediate read last here, once, and has output 0's dtype and size.
+fn in_place_candidate(
+    graph: &Graph,
+    step: &Step,
+    si: usize,
+    last_use: &HashMap<usize, usize>,
+    kind: &[SlotKind],
+    keep: &HashSet<usize>,
+) -> Option<usize> {
+    let k = step.kernel.in_place_input()?;
+    let s = (*step.inputs.get(k)?)?;
+    let out_ty = step.output_types.as_ref()?.first()?;
+    let in_ty = graph.value((*step.node.inputs.get(k)?)?).info.as_ref()?;
+    let same_size = in_ty.dtype.size() == out_ty.dtype.size() && in_ty.numel() == out_ty.numel();
+    let once = step.inputs.iter().flatten().filter(|&&x| x == s).count() == 1;
+    let ok = kind[s] == SlotKind::Temp
+        && !keep.contains(&s)
+        && !keep.contains(step.outputs.first()?)
+        && last_use.get(&s) == Some(&si)
+        && once
+        && same_size;
+    ok.then_some(k)
 }
 
 /// Where intermediates live: buffers shared by tensors whose lifetimes do not overlap.
@@ -169,6 +204,12 @@ impl MemoryPlan {
                         bytes[s] = Some((ty.numel() as u64).saturating_mul(ty.dtype.size() as u64));
                     }
                     _ => excluded[s] = true,
+                }
+            }
+            if let (Some(k), Some(&o)) = (step.in_place, step.outputs.first()) {
+                if let Some(Some(i)) = step.inputs.get(k) {
+                    let (ri, ro) = (find(&mut parent, *i), find(&mut parent, o));
+                    parent[ro] = ri;
                 }
             }
             let alias = !step.kernel.writes_into_outputs() && step.node.op.output_aliases_input();
@@ -347,6 +388,7 @@ impl Plan {
                 outputs: outs,
                 output_types,
                 frees: Vec::new(),
+                in_place: None,
             });
         }
         let mut output_slots = Vec::new();
@@ -374,10 +416,13 @@ impl Plan {
                 last_use.entry(s).or_insert(si);
             }
         }
-        for (s, si) in last_use {
+        for (&s, &si) in &last_use {
             if slots.kind[s] == SlotKind::Temp && !keep.contains(&s) {
                 steps[si].frees.push(s);
             }
+        }
+        for (si, step) in steps.iter_mut().enumerate() {
+            step.in_place = in_place_candidate(graph, step, si, &last_use, &slots.kind, &keep);
         }
         let SlotTable {
             kind: slot_kind,
@@ -506,18 +551,36 @@ impl Plan {
         for step in &self.steps {
             // Only read the clock when profiling.
             let started = profile.is_some().then(Instant::now);
-            let ins: Vec<Option<&Tensor>> = step
+            if step
                 .inputs
                 .iter()
-                .map(|s| s.and_then(|s| vals[s].as_ref()))
-                .collect();
-            if ins
-                .iter()
-                .zip(&step.inputs)
-                .any(|(t, s)| s.is_some() && t.is_none())
+                .any(|s| s.is_some_and(|s| vals[s].is_none()))
             {
                 return Err(node_error(&step.node, "an input was not computed"));
             }
+            // Output 0 takes over the input's memory when nothing else holds it.
+            let mut taken: Option<Storage> = None;
+            let mut in_place = None;
+            if let Some(k) = step.in_place {
+                if let Some(Some(s)) = step.inputs.get(k) {
+                    if vals[*s].as_ref().is_some_and(Tensor::is_unique) {
+                        taken = vals[*s].take().and_then(Tensor::into_storage);
+                        in_place = taken.is_some().then_some(k);
+                    }
+                }
+            }
+            let ins: Vec<Option<&Tensor>> = step
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    if in_place == Some(i) {
+                        None
+                    } else {
+                        s.and_then(|s| vals[s].as_ref())
+                    }
+                })
+                .collect();
             let types = match &step.output_types {
                 Some(t) => t.clone(),
                 None => {
@@ -538,7 +601,10 @@ impl Plan {
             let writes = step.kernel.writes_into_outputs();
             for (s, ty) in step.outputs.iter().zip(&types) {
                 outs.push(if writes {
-                    let storage = self.memory.buffer_of[*s].and_then(|b| pool[b].take());
+                    let storage = match taken.take() {
+                        Some(st) => Some(st),
+                        None => self.memory.buffer_of[*s].and_then(|b| pool[b].take()),
+                    };
                     Tensor::with_storage(ty.dtype, &ty.shape, storage)?
                 } else {
                     // Replaced by the kernel.
@@ -638,6 +704,75 @@ mod tests {
         }
         fn name(&self) -> &str {
             "copying"
+        }
+    }
+
+    /// Like [`CopyingKernel`], and computes unary ops over their input's buffer when the plan
+    /// lets it.
+    #[derive(Debug)]
+    struct InPlaceKernel(Arc<dyn Op>);
+
+    impl Kernel for InPlaceKernel {
+        fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+            let own = outputs[0].clone();
+            let x = inputs[0].unwrap_or(&own);
+            let r = self.0.eval(&[Some(x)])?.remove(0);
+            outputs[0].bytes_mut().copy_from_slice(r.bytes());
+            Ok(())
+        }
+        fn name(&self) -> &str {
+            "in-place"
+        }
+        fn in_place_input(&self) -> Option<usize> {
+            Some(0)
+        }
+    }
+
+    struct InPlace;
+
+    impl KernelProvider for InPlace {
+        fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>> {
+            Ok(Some(if req.node.op.name() == "Add" {
+                Box::new(CopyingKernel(req.node.op.clone()))
+            } else {
+                Box::new(InPlaceKernel(req.node.op.clone()))
+            }))
+        }
+    }
+
+    #[test]
+    fn in_place_only_over_a_last_read() {
+        // a = Relu(x), b = Neg(a), c = Relu(b), d = a + c, y = Neg(d) (graph output).
+        // b cannot take a's buffer (d reads a later); c takes b's; d gets a new one; y, a
+        // graph output, has its own memory.
+        let n = 256;
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let mut op1 = |g: &mut Graph, name: &str, kind: UnaryKind, v| {
+            g.add_op(name, unary(kind), vec![Some(v)], 1).unwrap()[0]
+        };
+        let a = op1(&mut g, "a", UnaryKind::Relu, x);
+        let b = op1(&mut g, "b", UnaryKind::Neg, a);
+        let c = op1(&mut g, "c", UnaryKind::Relu, b);
+        let add = Arc::new(Binary::new(BinaryKind::Add));
+        let d = g.add_op("d", add, vec![Some(a), Some(c)], 1).unwrap()[0];
+        let y = op1(&mut g, "y", UnaryKind::Neg, d);
+        g.outputs.push(y);
+        let dynamic = infer_graph(&mut g, &[TensorInfo::new(DType::F32, vec![n])]).unwrap();
+        let reference = Plan::build(&g, &dynamic, None).unwrap();
+        let planned = Plan::build(&g, &dynamic, Some(&InPlace)).unwrap();
+        let in_place: Vec<Option<usize>> = planned.steps.iter().map(|s| s.in_place).collect();
+        assert_eq!(in_place, vec![None, None, Some(0), None, None]);
+        // a [0, 3], {b, c} [1, 3], d [3, 4]: three buffers, all needed at step 3.
+        let m = planned.memory_stats();
+        assert_eq!((m.arena_buffers, m.arena_bytes), (3, 3072));
+        for k in 0..3 {
+            let x = Tensor::from_vec(&[n], (0..n).map(|i| i as f32 - 60.0 * k as f32).collect())
+                .unwrap();
+            let want = reference.run(&[&x]).unwrap();
+            let got = planned.run(&[&x]).unwrap();
+            assert_eq!(got[0].to_f64_vec(), want[0].to_f64_vec());
         }
     }
 

@@ -107,6 +107,11 @@ impl Tensor {
         })
     }
 
+    /// Whether no other tensor shares this one's data.
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.data) == 1 && Arc::weak_count(&self.data) == 0
+    }
+
     /// The tensor's memory for reuse, when no other tensor shares it.
     pub fn into_storage(self) -> Option<Storage> {
         Arc::try_unwrap(self.data).ok().map(Storage)
