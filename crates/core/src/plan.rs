@@ -749,7 +749,7 @@ mod tests {
         let mut g = Graph::new();
         let x = g.add_value("x");
         g.inputs.push(x);
-        let mut op1 = |g: &mut Graph, name: &str, kind: UnaryKind, v| {
+        let op1 = |g: &mut Graph, name: &str, kind: UnaryKind, v| {
             g.add_op(name, unary(kind), vec![Some(v)], 1).unwrap()[0]
         };
         let a = op1(&mut g, "a", UnaryKind::Relu, x);
