@@ -371,22 +371,9 @@ pub(crate) fn apply_unary(f: UnFn, x: &[f32], y: &mut [f32]) {
         UnFn::Reciprocal => map(|v| 1.0 / v, x, y),
         UnFn::Floor => map(f32::floor, x, y),
         UnFn::Ceil => map(f32::ceil, x, y),
-        UnFn::LeakyRelu(a) => map(
-            |v| {
-                if v < 0.0 {
-                    (a as f64 * v as f64) as f32
-                } else {
-                    v
-                }
-            },
-            x,
-            y,
-        ),
-        UnFn::HardSigmoid(a, b) => map(
-            |v| (a as f64 * v as f64 + b as f64).clamp(0.0, 1.0) as f32,
-            x,
-            y,
-        ),
+        // f32 products round like the reference's f64 ones (one rounding of an exact value).
+        UnFn::LeakyRelu(a) => map(|v| if v < 0.0 { a * v } else { v }, x, y),
+        UnFn::HardSigmoid(a, b) => map(|v| (a * v + b).clamp(0.0, 1.0), x, y),
         UnFn::HardSwish => map(|v| v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0), x, y),
         UnFn::Exp => math::exp_slice(x, y),
         UnFn::Erf => math::erf_slice(x, y),

@@ -1,7 +1,7 @@
 //! Dispatch and shared helpers for the f32 kernels of the cheap ops (elementwise, pooling,
 //! softmax, reductions, normalisations, data movement).
 
-use crate::{elementwise, movement, norm, pool, reduce, softmax};
+use crate::{elementwise, movement, norm, pool, reduce, resize, softmax};
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
@@ -21,6 +21,7 @@ pub(crate) fn pick(req: &KernelRequest) -> Option<Box<dyn Kernel>> {
         .or_else(|| reduce::pick(op, req))
         .or_else(|| norm::pick(op, req))
         .or_else(|| movement::pick(op, req))
+        .or_else(|| resize::pick(op, req))
 }
 
 /// Shape of input `i` when it is present and f32.

@@ -549,3 +549,46 @@ fn movement() {
         check(Arc::new(op), &[Some(t)], &[]);
     }
 }
+
+#[test]
+fn resizes() {
+    use ferrolite_core::ops::nn::resize::{CoordMode, NearestMode, Resize, ResizeMode};
+    let mut r = Lcg(10);
+    let scales = |v: &[f32]| Some(Tensor::from_vec(&[v.len()], v.to_vec()).unwrap());
+    let sizes = |v: &[i64]| Some(Tensor::from_vec(&[v.len()], v.to_vec()).unwrap());
+    for mode in [ResizeMode::Nearest, ResizeMode::Linear, ResizeMode::Cubic] {
+        for coord in [
+            CoordMode::HalfPixel,
+            CoordMode::Asymmetric,
+            CoordMode::AlignCorners,
+            CoordMode::PytorchHalfPixel,
+            CoordMode::TfHalfPixelForNn,
+        ] {
+            // Linear taps of tf_half_pixel_for_nn shift N and C too: no fast kernel.
+            if mode != ResizeMode::Nearest && coord == CoordMode::TfHalfPixelForNn {
+                continue;
+            }
+            for nearest in [NearestMode::RoundPreferFloor, NearestMode::Floor] {
+                for (x, sc, sz) in [
+                    (&[1usize, 3, 5, 7][..], scales(&[1.0, 1.0, 2.0, 2.0]), None),
+                    (&[2, 2, 9, 8], scales(&[1.0, 1.0, 0.5, 1.7]), None),
+                    (&[1, 4, 6, 6], None, sizes(&[1, 4, 13, 4])),
+                ] {
+                    let op = Resize {
+                        mode,
+                        coordinate_transformation_mode: coord,
+                        nearest_mode: nearest,
+                        ..Default::default()
+                    };
+                    let xt = r.tensor(x, 2.0);
+                    check_tol(
+                        Arc::new(op),
+                        &[Some(xt), None, sc, sz],
+                        &[false, true, true, true],
+                        1e-5,
+                    );
+                }
+            }
+        }
+    }
+}

@@ -14,6 +14,7 @@ mod movement;
 mod norm;
 mod pool;
 mod reduce;
+mod resize;
 mod softmax;
 
 #[cfg(test)]

@@ -107,42 +107,56 @@ struct PoolKernel {
 }
 
 impl PoolKernel {
-    fn plane(&self, src: &[f32], dst: &mut [f32]) {
+    /// One plane: per output row, first reduce the valid input rows of the window into one
+    /// row (contiguous, vectorises), then reduce each output's horizontal taps from it.
+    fn plane(&self, src: &[f32], dst: &mut [f32], vrow: &mut [f32]) {
         let (gh, gw) = (&self.gh, &self.gw);
         let (iw, ow) = (gw.input, gw.output);
+        let init = if self.avg { 0.0 } else { f32::NEG_INFINITY };
         let wr: Vec<(usize, usize)> = (0..gw.kernel).map(|k| out_range(gw, k)).collect();
         for (oh, row) in dst.chunks_exact_mut(ow).enumerate() {
-            row.fill(if self.avg { 0.0 } else { f32::NEG_INFINITY });
+            vrow.fill(init);
             for kh in self.h.lo[oh]..self.h.hi[oh] {
                 let ih = gh.tap(oh, kh) as usize;
                 let xr = &src[ih * iw..(ih + 1) * iw];
-                for (kw, &(o0, o1)) in wr.iter().enumerate() {
-                    if o0 >= o1 {
-                        continue;
+                if self.avg {
+                    for (o, &v) in vrow.iter_mut().zip(xr) {
+                        *o += v;
                     }
-                    let base = o0 * gw.stride + kw * gw.dilation - gw.pad_begin;
-                    let out = &mut row[o0..o1];
-                    if gw.stride == 1 {
-                        let xs = &xr[base..base + out.len()];
-                        if self.avg {
-                            for (o, &v) in out.iter_mut().zip(xs) {
-                                *o += v;
-                            }
-                        } else {
-                            for (o, &v) in out.iter_mut().zip(xs) {
-                                *o = if v > *o { v } else { *o };
-                            }
+                } else {
+                    for (o, &v) in vrow.iter_mut().zip(xr) {
+                        *o = if v > *o { v } else { *o };
+                    }
+                }
+            }
+            row.fill(init);
+            for (kw, &(o0, o1)) in wr.iter().enumerate() {
+                if o0 >= o1 {
+                    continue;
+                }
+                let base = o0 * gw.stride + kw * gw.dilation - gw.pad_begin;
+                let out = &mut row[o0..o1];
+                if gw.stride == 1 {
+                    let xs = &vrow[base..base + out.len()];
+                    if self.avg {
+                        for (o, &v) in out.iter_mut().zip(xs) {
+                            *o += v;
                         }
                     } else {
-                        let xs = xr[base..].iter().step_by(gw.stride);
-                        if self.avg {
-                            for (o, &v) in out.iter_mut().zip(xs) {
-                                *o += v;
-                            }
-                        } else {
-                            for (o, &v) in out.iter_mut().zip(xs) {
-                                *o = if v > *o { v } else { *o };
-                            }
+                        for (o, &v) in out.iter_mut().zip(xs) {
+                            *o = if v > *o { v } else { *o };
+                        }
+                    }
+                } else {
+                    let s = gw.stride;
+                    if self.avg {
+                        for (j, o) in out.iter_mut().enumerate() {
+                            *o += vrow[base + j * s];
+                        }
+                    } else {
+                        for (j, o) in out.iter_mut().enumerate() {
+                            let v = vrow[base + j * s];
+                            *o = if v > *o { v } else { *o };
                         }
                     }
                 }
@@ -173,9 +187,10 @@ impl Kernel for PoolKernel {
         let taps = self.gh.kernel * self.gw.kernel;
         for_chunks(y, op.max(1), taps.max(1), |s, c| {
             let p0 = s / op.max(1);
+            let mut vrow = vec![0.0f32; self.gw.input];
             for (i, dst) in c.chunks_exact_mut(op.max(1)).enumerate() {
                 let p = p0 + i;
-                self.plane(&x[p * ip..(p + 1) * ip], dst);
+                self.plane(&x[p * ip..(p + 1) * ip], dst, &mut vrow);
             }
         });
         Ok(())
