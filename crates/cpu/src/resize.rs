@@ -28,8 +28,8 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
         return None;
     }
     // N and C must map every index to itself.
-    for a in 0..2 {
-        for (o, t) in taps[a].iter().enumerate() {
+    for axis in &taps[..2] {
+        for (o, t) in axis.iter().enumerate() {
             let t = t.as_ref()?;
             let own: f64 = t.iter().filter(|p| p.0 == o).map(|p| p.1).sum();
             let other: f64 = t.iter().filter(|p| p.0 != o).map(|p| p.1.abs()).sum();
