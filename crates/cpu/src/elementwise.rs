@@ -137,7 +137,34 @@ fn run_with<F: Fn(f32, f32) -> f32>(f: F, a: Src, b: Src, o: &mut [f32]) {
     }
 }
 
+/// Whether the AVX2 builds of the loops can run.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2")
+}
+
 fn run_row(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
+            // target_feature function, whose body is safe code.
+            unsafe { run_row_avx2(op, a, b, o) };
+            return;
+        }
+    }
+    run_row_impl(op, a, b, o)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_row_avx2(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
+    run_row_impl(op, a, b, o)
+}
+
+#[inline(always)]
+fn run_row_impl(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
     match op {
         BinOp::Add => run_with(|x, y| x + y, a, b, o),
         BinOp::Sub => run_with(|x, y| x - y, a, b, o),
@@ -363,6 +390,26 @@ fn map<F: Fn(f32) -> f32>(f: F, x: &[f32], y: &mut [f32]) {
 
 /// Applies `f` to `x` into `y` (equal lengths).
 pub(crate) fn apply_unary(f: UnFn, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
+            // target_feature function, whose body is safe code.
+            unsafe { apply_unary_avx2(f, x, y) };
+            return;
+        }
+    }
+    apply_unary_impl(f, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn apply_unary_avx2(f: UnFn, x: &[f32], y: &mut [f32]) {
+    apply_unary_impl(f, x, y)
+}
+
+#[inline(always)]
+fn apply_unary_impl(f: UnFn, x: &[f32], y: &mut [f32]) {
     match f {
         UnFn::Relu => map(|v| if v < 0.0 { 0.0 } else { v }, x, y),
         UnFn::Neg => map(|v| -v, x, y),
@@ -405,6 +452,42 @@ impl Kernel for UnaryKernel {
     }
 }
 
+/// Same comparisons as the reference: NaN passes through.
+#[inline(always)]
+fn clip_impl(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
+    map(
+        |v| {
+            let v = if v < lo { lo } else { v };
+            if v > hi {
+                hi
+            } else {
+                v
+            }
+        },
+        x,
+        y,
+    )
+}
+
+fn clip(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
+            // target_feature function, whose body is safe code.
+            unsafe { clip_avx2(lo, hi, x, y) };
+            return;
+        }
+    }
+    clip_impl(lo, hi, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn clip_avx2(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
+    clip_impl(lo, hi, x, y)
+}
+
 #[derive(Debug)]
 struct ClipKernel {
     shape: Vec<usize>,
@@ -433,21 +516,7 @@ impl Kernel for ClipKernel {
         let lo = bound(inputs, 1, self.min)?.unwrap_or(f32::NEG_INFINITY);
         let hi = bound(inputs, 2, self.max)?.unwrap_or(f32::INFINITY);
         let y = output(outputs, 0, x.len())?;
-        for_chunks(y, 1, 1, |s, c| {
-            // Same comparisons as the reference: NaN passes through.
-            map(
-                |v| {
-                    let v = if v < lo { lo } else { v };
-                    if v > hi {
-                        hi
-                    } else {
-                        v
-                    }
-                },
-                &x[s..s + c.len()],
-                c,
-            )
-        });
+        for_chunks(y, 1, 1, |s, c| clip(lo, hi, &x[s..s + c.len()], c));
         Ok(())
     }
 
