@@ -190,3 +190,41 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod bench {
+    /// Rough timings: `cargo test --release -p ferrolite-cpu math::bench -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn timings() {
+        let x: Vec<f32> = (0..131072)
+            .map(|i| (i as f32 * 0.001).sin() * 4.0)
+            .collect();
+        let mut y = vec![0.0f32; x.len()];
+        for (name, f) in [
+            ("exp", super::exp_slice as fn(&[f32], &mut [f32])),
+            ("erf", super::erf_slice),
+            ("tanh", super::tanh_slice),
+            ("gelu", super::gelu_slice),
+        ] {
+            let t = std::time::Instant::now();
+            for _ in 0..100 {
+                f(&x, &mut y);
+            }
+            println!(
+                "{name}: {:.3} ns/elt",
+                t.elapsed().as_nanos() as f64 / 100.0 / x.len() as f64
+            );
+        }
+        let t = std::time::Instant::now();
+        for _ in 0..100 {
+            for (o, v) in y.iter_mut().zip(&x) {
+                *o = ferrolite_core::ops::elementwise::unary::erf(*v as f64) as f32;
+            }
+        }
+        println!(
+            "ref erf: {:.3} ns/elt",
+            t.elapsed().as_nanos() as f64 / 100.0 / x.len() as f64
+        );
+    }
+}
