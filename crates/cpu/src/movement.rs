@@ -1,7 +1,7 @@
 //! f32 data movement: Transpose (collapsed axes, contiguous or strided inner runs), Concat and
 //! Split (block copies).
 
-use crate::fast::{f32_shape, input, output};
+use crate::fast::{f32_shape, for_chunks, input, output};
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::shape::concat::Concat;
 use ferrolite_core::ops::shape::split::Split;
@@ -128,18 +128,21 @@ impl TransposeKernel {
     }
 }
 
-impl Kernel for TransposeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
-        let x = input(inputs, 0, &self.x)?;
-        let y = output(outputs, 0, x.len())?;
-        if y.is_empty() {
-            return Ok(());
-        }
+impl TransposeKernel {
+    /// Output rows from row `r0` on into `y` (whole rows).
+    fn rows(&self, x: &[f32], r0: usize, y: &mut [f32]) {
         let k = self.dims.len();
         let n = self.dims[k - 1];
         let s = self.src_stride[k - 1];
+        // Odometer over the outer output dims, started at row r0.
         let mut idx = vec![0usize; k - 1];
         let mut base = 0usize;
+        let mut r = r0;
+        for d in (0..k - 1).rev() {
+            idx[d] = r % self.dims[d];
+            r /= self.dims[d];
+            base += idx[d] * self.src_stride[d];
+        }
         for row in y.chunks_exact_mut(n) {
             if s == 1 {
                 row.copy_from_slice(&x[base..base + n]);
@@ -148,7 +151,6 @@ impl Kernel for TransposeKernel {
                     *o = x[base + j * s];
                 }
             }
-            // Next row: odometer over the outer output dims.
             for d in (0..k - 1).rev() {
                 idx[d] += 1;
                 base += self.src_stride[d];
@@ -159,6 +161,21 @@ impl Kernel for TransposeKernel {
                 idx[d] = 0;
             }
         }
+    }
+}
+
+impl Kernel for TransposeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let y = output(outputs, 0, x.len())?;
+        if y.is_empty() {
+            return Ok(());
+        }
+        let k = self.dims.len();
+        let n = self.dims[k - 1];
+        for_chunks(y, n, 1, |start, chunk| {
+            self.rows(x, start / n.max(1), chunk)
+        });
         Ok(())
     }
 
@@ -191,13 +208,16 @@ impl Kernel for BlockKernel {
             if total == 0 {
                 return Ok(());
             }
-            for (o, yr) in y.chunks_exact_mut(total).enumerate() {
-                let mut at = 0;
-                for (x, &b) in xs.iter().zip(&self.blocks) {
-                    yr[at..at + b].copy_from_slice(&x[o * b..(o + 1) * b]);
-                    at += b;
+            for_chunks(y, total, 1, |start, chunk| {
+                for (i, yr) in chunk.chunks_exact_mut(total).enumerate() {
+                    let o = start / total + i;
+                    let mut at = 0;
+                    for (x, &b) in xs.iter().zip(&self.blocks) {
+                        yr[at..at + b].copy_from_slice(&x[o * b..(o + 1) * b]);
+                        at += b;
+                    }
                 }
-            }
+            });
         } else {
             let x = input(inputs, 0, &self.shapes[0])?;
             let mut at = 0;

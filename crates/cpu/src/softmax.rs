@@ -49,23 +49,31 @@ struct SoftmaxKernel {
 /// Softmax of one contiguous row.
 fn row(x: &[f32], y: &mut [f32], log: bool) {
     let m = crate::reduce::max(x);
-    if log {
-        for (o, &v) in y.iter_mut().zip(x) {
+    let mut buf = [0.0f32; 256];
+    let mut e = [0.0f32; 256];
+    let mut sum = 0.0f32;
+    for (xc, yc) in x.chunks(256).zip(y.chunks_mut(256)) {
+        let d = &mut buf[..xc.len()];
+        for (o, &v) in d.iter_mut().zip(xc) {
             *o = v - m;
         }
-        let mut e = vec![0.0f32; y.len()];
-        math::exp_slice(y, &mut e);
-        let l = crate::reduce::sum(&e).ln();
+        if log {
+            yc.copy_from_slice(d);
+            let e = &mut e[..xc.len()];
+            math::exp_slice(d, e);
+            sum += crate::reduce::sum(e);
+        } else {
+            math::exp_slice(d, yc);
+            sum += crate::reduce::sum(yc);
+        }
+    }
+    if log {
+        let l = sum.ln();
         for o in y.iter_mut() {
             *o -= l;
         }
     } else {
-        for (o, &v) in y.iter_mut().zip(x) {
-            *o = v - m;
-        }
-        let d = y.to_vec();
-        math::exp_slice(&d, y);
-        let r = 1.0 / crate::reduce::sum(y);
+        let r = 1.0 / sum;
         for o in y.iter_mut() {
             *o *= r;
         }
