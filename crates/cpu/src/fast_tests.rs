@@ -595,3 +595,89 @@ fn resizes() {
         }
     }
 }
+
+#[test]
+fn conv_transposes() {
+    use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
+    use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
+    use ferrolite_core::ops::nn::activation::Activation;
+    struct Case {
+        x: &'static [usize],
+        w: &'static [usize],
+        group: usize,
+        strides: Option<Vec<usize>>,
+        dilations: Option<Vec<usize>>,
+        pads: Option<Vec<usize>>,
+        auto_pad: AutoPad,
+        output_padding: Option<Vec<usize>>,
+        output_shape: Option<Vec<usize>>,
+    }
+    let c = |x, w| Case {
+        x,
+        w,
+        group: 1,
+        strides: None,
+        dilations: None,
+        pads: None,
+        auto_pad: AutoPad::NotSet,
+        output_padding: None,
+        output_shape: None,
+    };
+    let cases = vec![
+        c(&[1, 1, 3, 3], &[1, 2, 3, 3]),
+        Case {
+            strides: Some(vec![2, 2]),
+            ..c(&[1, 64, 20, 20], &[64, 32, 2, 2])
+        },
+        Case {
+            strides: Some(vec![3, 2]),
+            pads: Some(vec![1, 2, 0, 1]),
+            output_padding: Some(vec![1, 0]),
+            ..c(&[2, 3, 5, 7], &[3, 4, 3, 4])
+        },
+        Case {
+            dilations: Some(vec![2, 3]),
+            group: 3,
+            ..c(&[1, 6, 6, 5], &[6, 2, 3, 2])
+        },
+        Case {
+            strides: Some(vec![2, 2]),
+            auto_pad: AutoPad::SameUpper,
+            ..c(&[1, 4, 5, 6], &[4, 3, 3, 3])
+        },
+        Case {
+            strides: Some(vec![2, 2]),
+            output_shape: Some(vec![12, 14]),
+            ..c(&[1, 2, 5, 6], &[2, 3, 3, 3])
+        },
+        Case {
+            strides: Some(vec![2, 2]),
+            pads: Some(vec![3, 3, 3, 3]),
+            ..c(&[1, 2, 4, 4], &[2, 2, 3, 3])
+        },
+    ];
+    let mut r = Lcg(11);
+    for case in cases {
+        for (bias, act) in [(false, None), (true, Some(Activation::Relu))] {
+            let op = ConvTranspose {
+                params: ConvParams {
+                    kernel_shape: None,
+                    strides: case.strides.clone(),
+                    dilations: case.dilations.clone(),
+                    pads: case.pads.clone(),
+                    auto_pad: case.auto_pad,
+                },
+                group: case.group,
+                activation: act,
+                output_padding: case.output_padding.clone(),
+                output_shape: case.output_shape.clone(),
+            };
+            let m = case.w[1] * case.group;
+            let mut inputs = vec![Some(r.tensor(case.x, 1.0)), Some(r.tensor(case.w, 1.0))];
+            if bias {
+                inputs.push(Some(r.tensor(&[m], 1.0)));
+            }
+            check_tol(Arc::new(op), &inputs, &[false, true, true], 1e-5);
+        }
+    }
+}

@@ -5,6 +5,7 @@
 //! thread pool, which sets the thread count.
 
 pub mod conv;
+mod deconv;
 mod elementwise;
 mod fast;
 pub mod gemm;
@@ -52,7 +53,7 @@ impl CpuKernels {
 
     /// The kernel for a request, or `None` when the op, dtypes or shapes are not handled.
     fn pick(&self, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-        if let Some(k) = fast::pick(req) {
+        if let Some(k) = fast::pick(req, &self.gemm) {
             return Some(k);
         }
         let all_f32 = req.inputs.iter().flatten().all(|i| i.dtype == DType::F32)
