@@ -33,6 +33,14 @@ pub(crate) fn pick(
             return None;
         }
     }
+    // The column buffer (M/group * K x H*W) must stay reasonable; otherwise the reference runs.
+    let k: usize = s.kernel.iter().product();
+    let cols = (s.out_channels / s.group.max(1))
+        .checked_mul(k)?
+        .checked_mul(s.input.iter().product())?;
+    if cols > 1 << 27 {
+        return None;
+    }
     Some(Box::new(DeconvKernel {
         gemm: gemm.clone(),
         x: x.to_vec(),
