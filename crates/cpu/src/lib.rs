@@ -5,9 +5,21 @@
 //! thread pool, which sets the thread count.
 
 pub mod conv;
+mod deconv;
+mod elementwise;
+mod fast;
 pub mod gemm;
+mod math;
 pub mod matmul;
+mod movement;
+mod norm;
+mod pool;
+mod reduce;
+mod resize;
+mod softmax;
 
+#[cfg(test)]
+mod fast_tests;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +53,9 @@ impl CpuKernels {
 
     /// The kernel for a request, or `None` when the op, dtypes or shapes are not handled.
     fn pick(&self, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+        if let Some(k) = fast::pick(req, &self.gemm) {
+            return Some(k);
+        }
         let all_f32 = req.inputs.iter().flatten().all(|i| i.dtype == DType::F32)
             && req.outputs.iter().all(|o| o.dtype == DType::F32);
         if !all_f32 {

@@ -194,6 +194,22 @@ impl Resize {
         }
     }
 
+    /// Output shape and per-axis taps (input index, weight; `None` = extrapolate) of a call
+    /// with these roi/scales/sizes inputs (for optimised kernels).
+    #[allow(clippy::type_complexity)]
+    pub fn axis_tables(
+        &self,
+        x: &[usize],
+        inputs: &[Option<&Tensor>],
+    ) -> OpResult<(Vec<usize>, Vec<Vec<Option<Vec<(usize, f64)>>>>)> {
+        let [roi, scales, sizes] = self.inputs(|i| inputs.get(i).copied().flatten());
+        let plan = self.plan(x, roi, scales, sizes)?;
+        let taps = (0..x.len())
+            .map(|a| self.axis_taps(x[a], plan.out[a], plan.scales[a], plan.roi[a]))
+            .collect();
+        Ok((plan.out, taps))
+    }
+
     /// Source coordinate of output `o` on an axis, or `None` when it is outside (only
     /// tf_crop_and_resize).
     fn source_coord(

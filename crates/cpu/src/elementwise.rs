@@ -1,0 +1,526 @@
+//! f32 elementwise kernels: broadcasting binary ops (Add, Sub, Mul, Div, Pow, PRelu, two-input
+//! Max/Min/Sum/Mean), unary math and activations, and Clip.
+//!
+//! Binary broadcasting collapses the output into outer rows and one contiguous inner run, in
+//! which each operand is either a vector or a scalar; the inner loops are plain slice zips that
+//! autovectorise.
+
+use crate::fast::{f32_shape, for_chunks, input, output, try_for_chunks};
+use crate::math;
+use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
+use ferrolite_core::ops::elementwise::clip::Clip;
+use ferrolite_core::ops::elementwise::unary::{Unary, UnaryKind};
+use ferrolite_core::ops::elementwise::variadic::{Variadic, VariadicKind};
+use ferrolite_core::ops::util::broadcast_shapes;
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::{op_ensure, OpResult, Tensor};
+use std::any::Any;
+
+pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    if let Some(b) = op.downcast_ref::<Binary>() {
+        if b.legacy_axis.is_some() {
+            return None;
+        }
+        let kind = match b.kind {
+            BinaryKind::Add => BinOp::Add,
+            BinaryKind::Sub => BinOp::Sub,
+            BinaryKind::Mul => BinOp::Mul,
+            BinaryKind::Div => BinOp::Div,
+            BinaryKind::Pow => BinOp::Pow,
+            BinaryKind::PRelu => BinOp::PRelu,
+            _ => return None,
+        };
+        return BinaryKernel::new(kind, f32_shape(req, 0)?, f32_shape(req, 1)?)
+            .map(|k| Box::new(k) as Box<dyn Kernel>);
+    }
+    if let Some(v) = op.downcast_ref::<Variadic>() {
+        if req.inputs.len() != 2 {
+            return None;
+        }
+        let kind = match v.kind {
+            VariadicKind::Max => BinOp::Max,
+            VariadicKind::Min => BinOp::Min,
+            VariadicKind::Sum => BinOp::Add,
+            VariadicKind::Mean => BinOp::Mean,
+        };
+        return BinaryKernel::new(kind, f32_shape(req, 0)?, f32_shape(req, 1)?)
+            .map(|k| Box::new(k) as Box<dyn Kernel>);
+    }
+    if let Some(u) = op.downcast_ref::<Unary>() {
+        let f = UnFn::of(u.kind)?;
+        let shape = f32_shape(req, 0)?.to_vec();
+        return Some(Box::new(UnaryKernel { f, shape }));
+    }
+    if let Some(c) = op.downcast_ref::<Clip>() {
+        let shape = f32_shape(req, 0)?.to_vec();
+        for i in 1..3 {
+            if req.inputs.get(i).is_some_and(|x| x.is_some()) {
+                f32_shape(req, i)?;
+            }
+        }
+        return Some(Box::new(ClipKernel {
+            shape,
+            min: c.min,
+            max: c.max,
+        }));
+    }
+    None
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    PRelu,
+    Max,
+    Min,
+    Mean,
+}
+
+/// NaN-propagating maximum, as the reference's `nan_max`.
+#[inline(always)]
+fn nan_max(a: f32, b: f32) -> f32 {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() || b > a {
+        b
+    } else {
+        a
+    }
+}
+
+#[inline(always)]
+fn nan_min(a: f32, b: f32) -> f32 {
+    if a.is_nan() {
+        a
+    } else if b.is_nan() || b < a {
+        b
+    } else {
+        a
+    }
+}
+
+#[inline(always)]
+fn pow_f32(a: f32, b: f32) -> f32 {
+    (a as f64).powf(b as f64) as f32
+}
+
+/// One operand of an inner run.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    V(&'a [f32]),
+    S(f32),
+}
+
+#[inline(always)]
+fn run_with<F: Fn(f32, f32) -> f32>(f: F, a: Src, b: Src, o: &mut [f32]) {
+    match (a, b) {
+        (Src::V(a), Src::V(b)) => {
+            for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                *o = f(x, y);
+            }
+        }
+        (Src::V(a), Src::S(y)) => {
+            for (o, &x) in o.iter_mut().zip(a) {
+                *o = f(x, y);
+            }
+        }
+        (Src::S(x), Src::V(b)) => {
+            for (o, &y) in o.iter_mut().zip(b) {
+                *o = f(x, y);
+            }
+        }
+        (Src::S(x), Src::S(y)) => o.fill(f(x, y)),
+    }
+}
+
+/// Whether the AVX2 builds of the loops can run.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2")
+}
+
+fn run_row(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
+            // target_feature function, whose body is safe code.
+            unsafe { run_row_avx2(op, a, b, o) };
+            return;
+        }
+    }
+    run_row_impl(op, a, b, o)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn run_row_avx2(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
+    run_row_impl(op, a, b, o)
+}
+
+#[inline(always)]
+fn run_row_impl(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
+    match op {
+        BinOp::Add => run_with(|x, y| x + y, a, b, o),
+        BinOp::Sub => run_with(|x, y| x - y, a, b, o),
+        BinOp::Mul => run_with(|x, y| x * y, a, b, o),
+        BinOp::Div => run_with(|x, y| x / y, a, b, o),
+        BinOp::Mean => run_with(|x, y| ((x as f64 + y as f64) / 2.0) as f32, a, b, o),
+        BinOp::PRelu => run_with(|x, y| if x < 0.0 { x * y } else { x }, a, b, o),
+        BinOp::Max => run_with(nan_max, a, b, o),
+        BinOp::Min => run_with(nan_min, a, b, o),
+        BinOp::Pow => match b {
+            // Common constant exponents, exact like the reference (correctly rounded).
+            Src::S(2.0) => run_with(|x, _| x * x, a, b, o),
+            Src::S(1.0) => run_with(|x, _| x, a, b, o),
+            Src::S(3.0) => run_with(
+                |x, _| ((x as f64) * (x as f64) * (x as f64)) as f32,
+                a,
+                b,
+                o,
+            ),
+            Src::S(0.5) => run_with(
+                |x, _| {
+                    if x == f32::NEG_INFINITY {
+                        f32::INFINITY
+                    } else {
+                        x.sqrt() + 0.0
+                    }
+                },
+                a,
+                b,
+                o,
+            ),
+            _ => run_with(pow_f32, a, b, o),
+        },
+    }
+}
+
+/// A broadcasting binary op on f32.
+#[derive(Debug)]
+pub(crate) struct BinaryKernel {
+    op: BinOp,
+    a_shape: Vec<usize>,
+    b_shape: Vec<usize>,
+    numel: usize,
+    /// Outer (collapsed) dims and each operand's stride along them (0 when broadcast).
+    dims: Vec<usize>,
+    sa: Vec<usize>,
+    sb: Vec<usize>,
+    /// Inner run length and whether each operand is a vector (1) or scalar (0) along it.
+    inner: usize,
+    ia: usize,
+    ib: usize,
+}
+
+impl BinaryKernel {
+    pub(crate) fn new(op: BinOp, a: &[usize], b: &[usize]) -> Option<BinaryKernel> {
+        let out = broadcast_shapes(a, b).ok()?;
+        if op == BinOp::PRelu && out != a {
+            return None;
+        }
+        let r = out.len();
+        let pad = |s: &[usize]| {
+            let mut p = vec![1usize; r - s.len()];
+            p.extend_from_slice(s);
+            p
+        };
+        let (pa, pb) = (pad(a), pad(b));
+        let strides = |s: &[usize]| {
+            let mut st = vec![1usize; r];
+            for d in (0..r.saturating_sub(1)).rev() {
+                st[d] = st[d + 1] * s[d + 1];
+            }
+            st
+        };
+        let (ta, tb) = (strides(&pa), strides(&pb));
+        // Groups of consecutive non-unit output dims with the same broadcast pattern.
+        let mut groups: Vec<(usize, bool, bool, usize, usize)> = Vec::new();
+        for d in 0..r {
+            if out[d] == 1 {
+                continue;
+            }
+            let (fa, fb) = (pa[d] == out[d], pb[d] == out[d]);
+            match groups.last_mut() {
+                Some(g) if g.1 == fa && g.2 == fb => {
+                    g.0 *= out[d];
+                    g.3 = ta[d];
+                    g.4 = tb[d];
+                }
+                _ => groups.push((out[d], fa, fb, ta[d], tb[d])),
+            }
+        }
+        let (inner, ia, ib) = match groups.pop() {
+            Some((n, fa, fb, _, _)) => (n, fa as usize, fb as usize),
+            None => (1, 1, 1),
+        };
+        let dims = groups.iter().map(|g| g.0).collect();
+        let sa = groups.iter().map(|g| if g.1 { g.3 } else { 0 }).collect();
+        let sb = groups.iter().map(|g| if g.2 { g.4 } else { 0 }).collect();
+        Some(BinaryKernel {
+            op,
+            a_shape: a.to_vec(),
+            b_shape: b.to_vec(),
+            numel: out.iter().product(),
+            dims,
+            sa,
+            sb,
+            inner,
+            ia,
+            ib,
+        })
+    }
+
+    /// Offsets of outer row `r` in A and B.
+    fn row_offsets(&self, mut r: usize) -> (usize, usize) {
+        let (mut oa, mut ob) = (0, 0);
+        for d in (0..self.dims.len()).rev() {
+            let i = r % self.dims[d];
+            r /= self.dims[d];
+            oa += i * self.sa[d];
+            ob += i * self.sb[d];
+        }
+        (oa, ob)
+    }
+}
+
+fn src(v: &[f32], off: usize, vector: usize, len: usize) -> OpResult<Src<'_>> {
+    let s = if vector == 1 {
+        v.get(off..off + len).map(Src::V)
+    } else {
+        v.get(off).map(|&x| Src::S(x))
+    };
+    s.ok_or_else(|| ferrolite_core::OpError("broadcast offset out of range".into()))
+}
+
+impl Kernel for BinaryKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let a = input(inputs, 0, &self.a_shape)?;
+        let b = input(inputs, 1, &self.b_shape)?;
+        let y = output(outputs, 0, self.numel)?;
+        if self.numel == 0 {
+            return Ok(());
+        }
+        let inner = self.inner;
+        let work = if self.op == BinOp::Pow { 8 } else { 1 };
+        try_for_chunks(y, 1, work, |start, chunk| {
+            let end = start + chunk.len();
+            let mut pos = start;
+            while pos < end {
+                let (r, c) = (pos / inner, pos % inner);
+                let len = (inner - c).min(end - pos);
+                let (oa, ob) = self.row_offsets(r);
+                let sa = src(a, oa + c * self.ia, self.ia, len)?;
+                let sb = src(b, ob + c * self.ib, self.ib, len)?;
+                run_row(self.op, sa, sb, &mut chunk[pos - start..pos - start + len]);
+                pos += len;
+            }
+            Ok(())
+        })
+    }
+
+    fn name(&self) -> &str {
+        "cpu.binary"
+    }
+}
+
+/// The unary functions with f32 kernels.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum UnFn {
+    Relu,
+    Neg,
+    Abs,
+    Sqrt,
+    Reciprocal,
+    Exp,
+    Erf,
+    Tanh,
+    Sigmoid,
+    LeakyRelu(f32),
+    HardSigmoid(f32, f32),
+    HardSwish,
+    Gelu,
+    GeluTanh,
+    Floor,
+    Ceil,
+}
+
+impl UnFn {
+    fn of(k: UnaryKind) -> Option<UnFn> {
+        Some(match k {
+            UnaryKind::Relu => UnFn::Relu,
+            UnaryKind::Neg => UnFn::Neg,
+            UnaryKind::Abs => UnFn::Abs,
+            UnaryKind::Sqrt => UnFn::Sqrt,
+            UnaryKind::Reciprocal => UnFn::Reciprocal,
+            UnaryKind::Exp => UnFn::Exp,
+            UnaryKind::Erf => UnFn::Erf,
+            UnaryKind::Tanh => UnFn::Tanh,
+            UnaryKind::Sigmoid => UnFn::Sigmoid,
+            UnaryKind::LeakyRelu { alpha } => UnFn::LeakyRelu(alpha),
+            UnaryKind::HardSigmoid { alpha, beta } => UnFn::HardSigmoid(alpha, beta),
+            UnaryKind::HardSwish => UnFn::HardSwish,
+            UnaryKind::Gelu { tanh: false } => UnFn::Gelu,
+            UnaryKind::Gelu { tanh: true } => UnFn::GeluTanh,
+            UnaryKind::Floor => UnFn::Floor,
+            UnaryKind::Ceil => UnFn::Ceil,
+            _ => return None,
+        })
+    }
+
+    fn work(self) -> usize {
+        match self {
+            UnFn::Exp | UnFn::Erf | UnFn::Tanh | UnFn::Sigmoid | UnFn::Gelu | UnFn::GeluTanh => 8,
+            _ => 1,
+        }
+    }
+}
+
+#[inline(always)]
+fn map<F: Fn(f32) -> f32>(f: F, x: &[f32], y: &mut [f32]) {
+    for (y, &x) in y.iter_mut().zip(x) {
+        *y = f(x);
+    }
+}
+
+/// Applies `f` to `x` into `y` (equal lengths).
+pub(crate) fn apply_unary(f: UnFn, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
+            // target_feature function, whose body is safe code.
+            unsafe { apply_unary_avx2(f, x, y) };
+            return;
+        }
+    }
+    apply_unary_impl(f, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn apply_unary_avx2(f: UnFn, x: &[f32], y: &mut [f32]) {
+    apply_unary_impl(f, x, y)
+}
+
+#[inline(always)]
+fn apply_unary_impl(f: UnFn, x: &[f32], y: &mut [f32]) {
+    match f {
+        UnFn::Relu => map(|v| if v < 0.0 { 0.0 } else { v }, x, y),
+        UnFn::Neg => map(|v| -v, x, y),
+        UnFn::Abs => map(f32::abs, x, y),
+        UnFn::Sqrt => map(f32::sqrt, x, y),
+        UnFn::Reciprocal => map(|v| 1.0 / v, x, y),
+        UnFn::Floor => map(f32::floor, x, y),
+        UnFn::Ceil => map(f32::ceil, x, y),
+        // f32 products round like the reference's f64 ones (one rounding of an exact value).
+        UnFn::LeakyRelu(a) => map(|v| if v < 0.0 { a * v } else { v }, x, y),
+        UnFn::HardSigmoid(a, b) => map(|v| (a * v + b).clamp(0.0, 1.0), x, y),
+        UnFn::HardSwish => map(|v| v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0), x, y),
+        UnFn::Exp => math::exp_slice(x, y),
+        UnFn::Erf => math::erf_slice(x, y),
+        UnFn::Tanh => math::tanh_slice(x, y),
+        UnFn::Sigmoid => math::sigmoid_slice(x, y),
+        UnFn::Gelu => math::gelu_slice(x, y),
+        UnFn::GeluTanh => math::gelu_tanh_slice(x, y),
+    }
+}
+
+#[derive(Debug)]
+struct UnaryKernel {
+    f: UnFn,
+    shape: Vec<usize>,
+}
+
+impl Kernel for UnaryKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.shape)?;
+        let y = output(outputs, 0, x.len())?;
+        for_chunks(y, 1, self.f.work(), |s, c| {
+            apply_unary(self.f, &x[s..s + c.len()], c)
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.unary"
+    }
+}
+
+/// Same comparisons as the reference: NaN passes through.
+#[inline(always)]
+fn clip_impl(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
+    map(
+        |v| {
+            let v = if v < lo { lo } else { v };
+            if v > hi {
+                hi
+            } else {
+                v
+            }
+        },
+        x,
+        y,
+    )
+}
+
+fn clip(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
+            // target_feature function, whose body is safe code.
+            unsafe { clip_avx2(lo, hi, x, y) };
+            return;
+        }
+    }
+    clip_impl(lo, hi, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn clip_avx2(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
+    clip_impl(lo, hi, x, y)
+}
+
+#[derive(Debug)]
+struct ClipKernel {
+    shape: Vec<usize>,
+    min: Option<f32>,
+    max: Option<f32>,
+}
+
+fn bound(inputs: &[Option<&Tensor>], i: usize, attr: Option<f32>) -> OpResult<Option<f32>> {
+    match inputs.get(i).copied().flatten() {
+        Some(t) => {
+            let v = t.as_slice::<f32>()?;
+            op_ensure!(
+                v.len() == 1,
+                "input {i} must be a scalar, got shape {:?}",
+                t.shape()
+            );
+            Ok(Some(v[0]))
+        }
+        None => Ok(attr),
+    }
+}
+
+impl Kernel for ClipKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.shape)?;
+        let lo = bound(inputs, 1, self.min)?.unwrap_or(f32::NEG_INFINITY);
+        let hi = bound(inputs, 2, self.max)?.unwrap_or(f32::INFINITY);
+        let y = output(outputs, 0, x.len())?;
+        for_chunks(y, 1, 1, |s, c| clip(lo, hi, &x[s..s + c.len()], c));
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.clip"
+    }
+}

@@ -1,0 +1,102 @@
+//! Dispatch and shared helpers for the f32 kernels of the cheap ops (elementwise, pooling,
+//! softmax, reductions, normalisations, data movement).
+
+use crate::gemm::Gemm;
+use crate::{deconv, elementwise, movement, norm, pool, reduce, resize, softmax};
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Below this many output elements a kernel stays on the calling thread.
+pub(crate) const PAR_MIN: usize = 1 << 16;
+
+/// The kernel for a request among the cheap ops, or `None`.
+pub(crate) fn pick(req: &KernelRequest, gemm: &Arc<dyn Gemm>) -> Option<Box<dyn Kernel>> {
+    if req.outputs.first()?.dtype != DType::F32 {
+        return None;
+    }
+    let op = req.node.op.as_any();
+    elementwise::pick(op, req)
+        .or_else(|| pool::pick(op, req))
+        .or_else(|| softmax::pick(op, req))
+        .or_else(|| reduce::pick(op, req))
+        .or_else(|| norm::pick(op, req))
+        .or_else(|| movement::pick(op, req))
+        .or_else(|| resize::pick(op, req))
+        .or_else(|| deconv::pick(op, req, gemm))
+}
+
+/// Shape of input `i` when it is present and f32.
+pub(crate) fn f32_shape<'a>(req: &KernelRequest<'a>, i: usize) -> Option<&'a [usize]> {
+    let x = req.inputs.get(i)?.as_ref()?;
+    (x.dtype == DType::F32).then_some(x.shape)
+}
+
+/// Input `i` as f32, checked against the shape the kernel was built for.
+pub(crate) fn input<'a>(
+    inputs: &[Option<&'a Tensor>],
+    i: usize,
+    shape: &[usize],
+) -> OpResult<&'a [f32]> {
+    let t = ferrolite_core::op::required(inputs, i)?;
+    op_ensure!(
+        t.shape() == shape,
+        "input {i} has shape {:?}, the kernel was built for {shape:?}",
+        t.shape()
+    );
+    Ok(t.as_slice::<f32>()?)
+}
+
+/// Output `i` as f32, checked against the planned element count.
+pub(crate) fn output(outputs: &mut [Tensor], i: usize, numel: usize) -> OpResult<&mut [f32]> {
+    let t = outputs
+        .get_mut(i)
+        .ok_or_else(|| OpError(format!("output {i} is missing")))?;
+    let s = t.as_mut_slice::<f32>()?;
+    op_ensure!(
+        s.len() == numel,
+        "output {i} has {} elements, the kernel was built for {numel}",
+        s.len()
+    );
+    Ok(s)
+}
+
+/// Calls `f(start, chunk)` over `out` split in chunks (multiples of `align` elements), in
+/// parallel when `out` is large; `work` scales the size threshold (cost per element).
+pub(crate) fn for_chunks<F>(out: &mut [f32], align: usize, work: usize, f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync,
+{
+    let n = out.len();
+    let threads = rayon::current_num_threads();
+    let align = align.max(1);
+    if threads <= 1 || n.saturating_mul(work.max(1)) < PAR_MIN || n <= align {
+        f(0, out);
+        return;
+    }
+    let min_chunk = (PAR_MIN / 4 / work.max(1)).max(1);
+    let chunk = n.div_ceil(threads * 4).max(min_chunk).div_ceil(align) * align;
+    out.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(i, c)| f(i * chunk, c));
+}
+
+/// Like [`for_chunks`] but fallible.
+pub(crate) fn try_for_chunks<F>(out: &mut [f32], align: usize, work: usize, f: F) -> OpResult<()>
+where
+    F: Fn(usize, &mut [f32]) -> OpResult<()> + Sync,
+{
+    let err = std::sync::Mutex::new(None);
+    for_chunks(out, align, work, |s, c| {
+        if let Err(e) = f(s, c) {
+            if let Ok(mut g) = err.lock() {
+                *g = Some(e);
+            }
+        }
+    });
+    match err.into_inner().ok().flatten() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,243 @@
+//! f32 data movement: Transpose (collapsed axes, contiguous or strided inner runs), Concat and
+//! Split (block copies).
+
+use crate::fast::{f32_shape, for_chunks, input, output};
+use ferrolite_core::op::normalize_axis;
+use ferrolite_core::ops::shape::concat::Concat;
+use ferrolite_core::ops::shape::split::Split;
+use ferrolite_core::ops::shape::transpose::Transpose;
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::{DType, OpResult, Tensor};
+use std::any::Any;
+
+pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    if let Some(t) = op.downcast_ref::<Transpose>() {
+        let x = f32_shape(req, 0)?;
+        let perm = t.resolved_perm(x.len()).ok()?;
+        return Some(Box::new(TransposeKernel::new(x, &perm)));
+    }
+    if let Some(c) = op.downcast_ref::<Concat>() {
+        let shapes: Vec<Vec<usize>> = (0..req.inputs.len())
+            .map(|i| f32_shape(req, i).map(|s| s.to_vec()))
+            .collect::<Option<_>>()?;
+        let first = shapes.first()?;
+        if first.is_empty() {
+            return None;
+        }
+        let axis = normalize_axis(c.axis, first.len()).ok()?;
+        let out = &req.outputs[0].shape;
+        if out.len() != first.len() {
+            return None;
+        }
+        let inner: usize = out[axis + 1..].iter().product();
+        let outer: usize = out[..axis].iter().product();
+        let mut blocks = Vec::new();
+        for s in &shapes {
+            if s.len() != out.len() || s[..axis] != out[..axis] || s[axis + 1..] != out[axis + 1..]
+            {
+                return None;
+            }
+            blocks.push(s[axis] * inner);
+        }
+        if blocks.iter().sum::<usize>() != out[axis] * inner {
+            return None;
+        }
+        return Some(Box::new(BlockKernel {
+            concat: true,
+            shapes,
+            outer,
+            blocks,
+        }));
+    }
+    if let Some(s) = op.downcast_ref::<Split>() {
+        let x = f32_shape(req, 0)?.to_vec();
+        if x.is_empty() || req.outputs.iter().any(|o| o.dtype != DType::F32) {
+            return None;
+        }
+        let axis = normalize_axis(s.axis, x.len()).ok()?;
+        let inner: usize = x[axis + 1..].iter().product();
+        let outer: usize = x[..axis].iter().product();
+        let mut blocks = Vec::new();
+        let mut shapes = vec![x.clone()];
+        for o in req.outputs {
+            let os = &o.shape;
+            if os.len() != x.len() || os[..axis] != x[..axis] || os[axis + 1..] != x[axis + 1..] {
+                return None;
+            }
+            blocks.push(os[axis] * inner);
+            shapes.push(os.clone());
+        }
+        if blocks.iter().sum::<usize>() != x[axis] * inner {
+            return None;
+        }
+        return Some(Box::new(BlockKernel {
+            concat: false,
+            shapes,
+            outer,
+            blocks,
+        }));
+    }
+    None
+}
+
+#[derive(Debug)]
+struct TransposeKernel {
+    x: Vec<usize>,
+    /// Collapsed output dims and the input stride of each.
+    dims: Vec<usize>,
+    src_stride: Vec<usize>,
+}
+
+impl TransposeKernel {
+    fn new(x: &[usize], perm: &[usize]) -> TransposeKernel {
+        let r = x.len();
+        let mut st = vec![1usize; r];
+        for d in (0..r.saturating_sub(1)).rev() {
+            st[d] = st[d + 1] * x[d + 1];
+        }
+        // Output axes in order, dropping size-1 axes, merging runs that stay adjacent.
+        let mut dims: Vec<usize> = Vec::new();
+        let mut src_stride: Vec<usize> = Vec::new();
+        let mut prev: Option<usize> = None;
+        for &p in perm {
+            if x[p] == 1 {
+                continue;
+            }
+            match prev {
+                Some(q) if q + 1 == p || (q < p && x[q + 1..p].iter().all(|&d| d == 1)) => {
+                    let last = dims.len() - 1;
+                    dims[last] *= x[p];
+                    src_stride[last] = st[p];
+                }
+                _ => {
+                    dims.push(x[p]);
+                    src_stride.push(st[p]);
+                }
+            }
+            prev = Some(p);
+        }
+        if dims.is_empty() {
+            dims.push(1);
+            src_stride.push(1);
+        }
+        TransposeKernel {
+            x: x.to_vec(),
+            dims,
+            src_stride,
+        }
+    }
+}
+
+impl TransposeKernel {
+    /// Output rows from row `r0` on into `y` (whole rows).
+    fn rows(&self, x: &[f32], r0: usize, y: &mut [f32]) {
+        let k = self.dims.len();
+        let n = self.dims[k - 1];
+        let s = self.src_stride[k - 1];
+        // Odometer over the outer output dims, started at row r0.
+        let mut idx = vec![0usize; k - 1];
+        let mut base = 0usize;
+        let mut r = r0;
+        for d in (0..k - 1).rev() {
+            idx[d] = r % self.dims[d];
+            r /= self.dims[d];
+            base += idx[d] * self.src_stride[d];
+        }
+        for row in y.chunks_exact_mut(n) {
+            if s == 1 {
+                row.copy_from_slice(&x[base..base + n]);
+            } else {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = x[base + j * s];
+                }
+            }
+            for d in (0..k - 1).rev() {
+                idx[d] += 1;
+                base += self.src_stride[d];
+                if idx[d] < self.dims[d] {
+                    break;
+                }
+                base -= idx[d] * self.src_stride[d];
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+impl Kernel for TransposeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let y = output(outputs, 0, x.len())?;
+        if y.is_empty() {
+            return Ok(());
+        }
+        let k = self.dims.len();
+        let n = self.dims[k - 1];
+        for_chunks(y, n, 1, |start, chunk| {
+            self.rows(x, start / n.max(1), chunk)
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.transpose"
+    }
+}
+
+/// Concat (many inputs, one output) or Split (one input, many outputs) as block copies.
+#[derive(Debug)]
+struct BlockKernel {
+    concat: bool,
+    /// Input shapes (Concat) or the input then the output shapes (Split).
+    shapes: Vec<Vec<usize>>,
+    outer: usize,
+    blocks: Vec<usize>,
+}
+
+impl Kernel for BlockKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let total: usize = self.blocks.iter().sum();
+        if self.concat {
+            let xs: Vec<&[f32]> = self
+                .shapes
+                .iter()
+                .enumerate()
+                .map(|(i, s)| input(inputs, i, s))
+                .collect::<OpResult<_>>()?;
+            let y = output(outputs, 0, self.outer * total)?;
+            if total == 0 {
+                return Ok(());
+            }
+            for_chunks(y, total, 1, |start, chunk| {
+                for (i, yr) in chunk.chunks_exact_mut(total).enumerate() {
+                    let o = start / total + i;
+                    let mut at = 0;
+                    for (x, &b) in xs.iter().zip(&self.blocks) {
+                        yr[at..at + b].copy_from_slice(&x[o * b..(o + 1) * b]);
+                        at += b;
+                    }
+                }
+            });
+        } else {
+            let x = input(inputs, 0, &self.shapes[0])?;
+            let mut at = 0;
+            for (i, &b) in self.blocks.iter().enumerate() {
+                let y = output(outputs, i, self.outer * b)?;
+                for o in 0..self.outer {
+                    let src = o * total + at;
+                    y[o * b..(o + 1) * b].copy_from_slice(&x[src..src + b]);
+                }
+                at += b;
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        if self.concat {
+            "cpu.concat"
+        } else {
+            "cpu.split"
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! f32 Resize of the two spatial axes of N x C x H x W (any mode whose taps the reference
+//! computes: nearest, linear, cubic), separable: each output row is the weighted sum of its
+//! source rows, then each output element the weighted sum of its horizontal taps.
+
+use crate::fast::{f32_shape, for_chunks, input, output};
+use ferrolite_core::ops::nn::resize::Resize;
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::{OpResult, Tensor};
+use std::any::Any;
+
+type Taps = Vec<Option<Vec<(usize, f32)>>>;
+
+pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    let r = op.downcast_ref::<Resize>()?;
+    let x = f32_shape(req, 0)?;
+    if x.len() != 4 {
+        return None;
+    }
+    let mut vals = vec![None];
+    for i in 1..req.inputs.len() {
+        match &req.inputs[i] {
+            Some(v) => vals.push(Some(v.value?)),
+            None => vals.push(None),
+        }
+    }
+    let (out, taps) = r.axis_tables(x, &vals).ok()?;
+    if out != req.outputs.first()?.shape || out[0] != x[0] || out[1] != x[1] {
+        return None;
+    }
+    // N and C must map every index to itself.
+    for axis in &taps[..2] {
+        for (o, t) in axis.iter().enumerate() {
+            let t = t.as_ref()?;
+            let own: f64 = t.iter().filter(|p| p.0 == o).map(|p| p.1).sum();
+            let other: f64 = t.iter().filter(|p| p.0 != o).map(|p| p.1.abs()).sum();
+            if own != 1.0 || other != 0.0 {
+                return None;
+            }
+        }
+    }
+    let conv = |t: &Vec<Option<Vec<(usize, f64)>>>| -> Taps {
+        t.iter()
+            .map(|o| {
+                o.as_ref().map(|v| {
+                    v.iter()
+                        .filter(|p| p.1 != 0.0)
+                        .map(|&(i, w)| (i, w as f32))
+                        .collect()
+                })
+            })
+            .collect()
+    };
+    let (th, tw) = (conv(&taps[2]), conv(&taps[3]));
+    // Nearest-like W taps (one source, weight 1) become a plain gather.
+    let gather: Option<Vec<usize>> = tw
+        .iter()
+        .map(|t| match t.as_deref() {
+            Some([(i, w)]) if *w == 1.0 => Some(*i),
+            _ => None,
+        })
+        .collect();
+    Some(Box::new(ResizeKernel {
+        x: x.to_vec(),
+        out,
+        th,
+        tw,
+        gather,
+        extrap: r.extrapolation_value as f32,
+    }))
+}
+
+#[derive(Debug)]
+struct ResizeKernel {
+    x: Vec<usize>,
+    out: Vec<usize>,
+    th: Taps,
+    tw: Taps,
+    gather: Option<Vec<usize>>,
+    extrap: f32,
+}
+
+impl ResizeKernel {
+    fn plane(&self, src: &[f32], dst: &mut [f32], v: &mut [f32]) {
+        let iw = self.x[3];
+        let ow = self.out[3];
+        for (oh, row) in dst.chunks_exact_mut(ow).enumerate() {
+            let Some(hts) = &self.th[oh] else {
+                row.fill(self.extrap);
+                continue;
+            };
+            let vr: &[f32] = match hts.as_slice() {
+                [(i, w)] if *w == 1.0 => &src[i * iw..(i + 1) * iw],
+                _ => {
+                    v.fill(0.0);
+                    for &(i, w) in hts {
+                        for (a, &s) in v.iter_mut().zip(&src[i * iw..(i + 1) * iw]) {
+                            *a += w * s;
+                        }
+                    }
+                    v
+                }
+            };
+            match &self.gather {
+                Some(g) => {
+                    for (o, &i) in row.iter_mut().zip(g) {
+                        *o = vr[i];
+                    }
+                }
+                None => {
+                    for (o, t) in row.iter_mut().zip(&self.tw) {
+                        *o = match t {
+                            None => self.extrap,
+                            Some(t) => t.iter().map(|&(i, w)| w * vr[i]).sum(),
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Kernel for ResizeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let ip = self.x[2] * self.x[3];
+        let op = self.out[2] * self.out[3];
+        let y = output(outputs, 0, self.out.iter().product())?;
+        if op == 0 {
+            return Ok(());
+        }
+        for_chunks(y, op, 4, |s, c| {
+            let mut v = vec![0.0f32; self.x[3]];
+            for (i, dst) in c.chunks_exact_mut(op).enumerate() {
+                let p = s / op + i;
+                self.plane(&x[p * ip..(p + 1) * ip], dst, &mut v);
+            }
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.resize"
+    }
+}

@@ -1,0 +1,157 @@
+//! f32 Softmax and LogSoftmax along any axis (rows when the axis is last, columns of the
+//! inner block otherwise).
+
+use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::math;
+use ferrolite_core::op::normalize_axis;
+use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::{OpResult, Tensor};
+use std::any::Any;
+
+pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    let s = op.downcast_ref::<Softmax>()?;
+    let log = match s.kind {
+        SoftmaxKind::Softmax => false,
+        SoftmaxKind::LogSoftmax => true,
+        SoftmaxKind::Hardmax => return None,
+    };
+    let x = f32_shape(req, 0)?;
+    let (len, inner) = if s.legacy_2d {
+        let r = x.len() as i64;
+        let a = if s.axis < 0 { s.axis + r } else { s.axis };
+        if a < 0 || a > r {
+            return None;
+        }
+        (x[a as usize..].iter().product(), 1)
+    } else if x.is_empty() {
+        (1, 1)
+    } else {
+        let a = normalize_axis(s.axis, x.len()).ok()?;
+        (x[a], x[a + 1..].iter().product())
+    };
+    Some(Box::new(SoftmaxKernel {
+        x: x.to_vec(),
+        len,
+        inner,
+        log,
+    }))
+}
+
+#[derive(Debug)]
+struct SoftmaxKernel {
+    x: Vec<usize>,
+    len: usize,
+    inner: usize,
+    log: bool,
+}
+
+/// Softmax of one contiguous row.
+fn row(x: &[f32], y: &mut [f32], log: bool) {
+    let m = crate::reduce::max(x);
+    let mut buf = [0.0f32; 256];
+    let mut e = [0.0f32; 256];
+    let mut sum = 0.0f32;
+    for (xc, yc) in x.chunks(256).zip(y.chunks_mut(256)) {
+        let d = &mut buf[..xc.len()];
+        for (o, &v) in d.iter_mut().zip(xc) {
+            *o = v - m;
+        }
+        if log {
+            yc.copy_from_slice(d);
+            let e = &mut e[..xc.len()];
+            math::exp_slice(d, e);
+            sum += crate::reduce::sum(e);
+        } else {
+            math::exp_slice(d, yc);
+            sum += crate::reduce::sum(yc);
+        }
+    }
+    if log {
+        let l = sum.ln();
+        for o in y.iter_mut() {
+            *o -= l;
+        }
+    } else {
+        let r = 1.0 / sum;
+        for o in y.iter_mut() {
+            *o *= r;
+        }
+    }
+}
+
+/// Softmax along the middle axis of a (len x inner) block.
+fn block(x: &[f32], y: &mut [f32], len: usize, inner: usize, log: bool) {
+    let mut m = vec![f32::NEG_INFINITY; inner];
+    for k in 0..len {
+        for (a, &v) in m.iter_mut().zip(&x[k * inner..(k + 1) * inner]) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    let mut s = vec![0.0f32; inner];
+    let mut d = vec![0.0f32; inner];
+    for k in 0..len {
+        let yr = &mut y[k * inner..(k + 1) * inner];
+        for ((o, &v), &mv) in d.iter_mut().zip(&x[k * inner..(k + 1) * inner]).zip(&m) {
+            *o = v - mv;
+        }
+        if log {
+            yr.copy_from_slice(&d);
+            let mut e = vec![0.0f32; inner];
+            math::exp_slice(&d, &mut e);
+            for (a, v) in s.iter_mut().zip(&e) {
+                *a += v;
+            }
+        } else {
+            math::exp_slice(&d, yr);
+            for (a, v) in s.iter_mut().zip(yr.iter()) {
+                *a += v;
+            }
+        }
+    }
+    if log {
+        for a in s.iter_mut() {
+            *a = a.ln();
+        }
+        for k in 0..len {
+            for (o, l) in y[k * inner..(k + 1) * inner].iter_mut().zip(&s) {
+                *o -= l;
+            }
+        }
+    } else {
+        for a in s.iter_mut() {
+            *a = 1.0 / *a;
+        }
+        for k in 0..len {
+            for (o, r) in y[k * inner..(k + 1) * inner].iter_mut().zip(&s) {
+                *o *= r;
+            }
+        }
+    }
+}
+
+impl Kernel for SoftmaxKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let y = output(outputs, 0, x.len())?;
+        let blk = self.len * self.inner;
+        if blk == 0 {
+            return Ok(());
+        }
+        for_chunks(y, blk, 8, |s, c| {
+            for (i, yb) in c.chunks_exact_mut(blk).enumerate() {
+                let xb = &x[s + i * blk..s + (i + 1) * blk];
+                if self.inner == 1 {
+                    row(xb, yb, self.log);
+                } else {
+                    block(xb, yb, self.len, self.inner, self.log);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.softmax"
+    }
+}
