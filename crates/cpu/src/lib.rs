@@ -5,8 +5,10 @@
 //! thread pool, which sets the thread count.
 
 pub mod conv;
+pub mod depthwise;
 pub mod gemm;
 pub mod matmul;
+pub mod sgemm;
 
 #[cfg(test)]
 mod tests;
@@ -16,26 +18,17 @@ use ferrolite_core::ops::linalg::gemm::Gemm as GemmOp;
 use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
 use ferrolite_core::{DType, Result};
-use gemm::{Gemm, MatrixMultiply};
-use std::sync::Arc;
+pub use gemm::Sgemm;
 
 /// The CPU kernel provider.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct CpuKernels {
-    gemm: Arc<dyn Gemm>,
-}
-
-impl Default for CpuKernels {
-    fn default() -> Self {
-        CpuKernels {
-            gemm: Arc::new(MatrixMultiply),
-        }
-    }
+    gemm: Sgemm,
 }
 
 impl CpuKernels {
-    /// A provider using another GEMM implementation.
-    pub fn with_gemm(gemm: Arc<dyn Gemm>) -> Self {
+    /// A provider using a given GEMM (e.g. the portable microkernels).
+    pub fn with_gemm(gemm: Sgemm) -> Self {
         CpuKernels { gemm }
     }
 
@@ -57,20 +50,21 @@ impl CpuKernels {
                 }
             }
             let w_value = req.inputs.get(1)?.as_ref()?.value;
-            let k = conv::ConvKernel::new(self.gemm.clone(), s, x, w, w_value).ok()??;
-            return Some(Box::new(k));
+            return conv::build(self.gemm, s, c.activation, x, w, w_value).ok()?;
         }
         if op.downcast_ref::<MatMul>().is_some() {
-            let k = matmul::MatMulKernel::new(self.gemm.clone(), shape(0)?, shape(1)?).ok()?;
+            let b_value = req.inputs.get(1)?.as_ref()?.value;
+            let k = matmul::MatMulKernel::new(self.gemm, shape(0)?, shape(1)?, b_value).ok()?;
             return Some(Box::new(k));
         }
         if let Some(g) = op.downcast_ref::<GemmOp>() {
             let k = matmul::GemmKernel::new(
-                self.gemm.clone(),
+                self.gemm,
                 g.clone(),
                 shape(0)?,
                 shape(1)?,
                 shape(2),
+                req.inputs.get(1)?.as_ref()?.value,
             )
             .ok()?;
             return Some(Box::new(k));
