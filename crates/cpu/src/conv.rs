@@ -336,12 +336,13 @@ impl Kernel for ConvKernel {
             };
             let m0 = mc * mchunk;
             let m1 = (m0 + mchunk).min(mg);
-            let yp = yp;
             // SAFETY: the output holds batch * M * P elements (checked above); this task's
             // C starts at row (n, g * mg), column p0, with row stride P, and covers rows
             // m0..m1 of the group and its np columns: tasks write disjoint blocks.
             unsafe {
-                let c = yp.0.add((n * self.s.out_channels + g * mg) * p_total + p0);
+                let c = yp
+                    .get()
+                    .add((n * self.s.out_channels + g * mg) * p_total + p0);
                 prob.run_block(c, p_total, m0, m1, 0, np);
             }
         };

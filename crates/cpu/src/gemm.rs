@@ -580,3 +580,77 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    /// `cargo test --release -p ferrolite-cpu -- --ignored --nocapture gemm_speed`
+    #[test]
+    #[ignore]
+    fn gemm_speed() {
+        for &(m, k, n) in &[
+            (64usize, 576usize, 3136usize),
+            (66, 576, 2048),
+            (64, 576, 512),
+            (120, 576, 512),
+            (64, 256, 512),
+            (512, 512, 512),
+            (256, 2304, 196),
+            (512, 4608, 49),
+        ] {
+            let a = vec![0.5f32; m * k];
+            let b = vec![0.25f32; k * n];
+            let mut c = vec![0.0f32; m * n];
+            let g = Sgemm::default();
+            let pa = g
+                .pack(
+                    m,
+                    k,
+                    MatRef {
+                        data: &a,
+                        rs: k,
+                        cs: 1,
+                    },
+                    Side::A,
+                )
+                .unwrap();
+            let cpu = || -> f64 {
+                let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+                s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
+            };
+            let t = cpu();
+            let reps = 20;
+            for _ in 0..reps {
+                let c = MatMut {
+                    data: &mut c,
+                    rs: n,
+                    cs: 1,
+                };
+                let b = Operand::Mat(MatRef {
+                    data: &b,
+                    rs: n,
+                    cs: 1,
+                });
+                g.gemm(
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    Operand::Packed(&pa),
+                    b,
+                    false,
+                    c,
+                    &Epilogue::default(),
+                    false,
+                )
+                .unwrap();
+            }
+            let s = (cpu() - t) / reps as f64;
+            println!(
+                "{m}x{k}x{n}: {:.1} GFLOP/s",
+                2.0 * (m * k * n) as f64 / s / 1e9
+            );
+        }
+    }
+}

@@ -21,7 +21,7 @@ pub const KC: usize = 256;
 /// Rows of A packed at a time (a multiple of MR; about 120 KB of L2).
 const MC: usize = 120;
 /// Columns of B packed at a time (a multiple of NR).
-const NC: usize = 2048;
+const NC: usize = 512;
 
 /// The microkernel implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +153,14 @@ fn pack_panel(
     dst: &mut [f32],
 ) {
     let dst = &mut dst[..kc * w];
-    if ws == 1 {
+    if ws == 1 && wn == NR && w == NR {
+        // The common full B panel: fixed-size copies compile to vector moves.
+        for (p, d) in dst.chunks_exact_mut(NR).enumerate() {
+            let s = (k0 + p) * ks + w0;
+            let src: &[f32; NR] = data[s..s + NR].try_into().expect("NR values");
+            d.copy_from_slice(src);
+        }
+    } else if ws == 1 {
         for (p, d) in dst.chunks_exact_mut(w).enumerate() {
             let s = (k0 + p) * ks + w0;
             d[..wn].copy_from_slice(&data[s..s + wn]);
@@ -208,6 +215,13 @@ thread_local! {
 /// A raw pointer that may cross rayon tasks (each task writes a disjoint part).
 #[derive(Clone, Copy)]
 pub(crate) struct SendPtr(pub *mut f32);
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `SendPtr`, which is `Send`).
+    pub fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 // SAFETY: used only to hand disjoint output regions to parallel tasks.
 unsafe impl Send for SendPtr {}
 // SAFETY: as above.
@@ -277,6 +291,25 @@ impl Problem<'_> {
                     let bp: &[f32] = match self.b {
                         Src::Packed(d) => {
                             &d[pc * np * NR + (jc / NR) * kc * NR..][..npan * kc * NR]
+                        }
+                        Src::Strided { data, rs, cs: 1 } if nc >= NR => {
+                            // Row-major B: read each row sequentially across all panels.
+                            bbuf.resize(npan * kc * NR, 0.0);
+                            let full = nc / NR;
+                            for p in 0..kc {
+                                let row = &data[(pc + p) * rs + jc..][..nc];
+                                for (jp, src) in row.chunks_exact(NR).enumerate() {
+                                    let src: &[f32; NR] = src.try_into().expect("NR values");
+                                    bbuf[jp * kc * NR + p * NR..][..NR].copy_from_slice(src);
+                                }
+                                if full < npan {
+                                    let d = &mut bbuf[full * kc * NR + p * NR..][..NR];
+                                    let rest = &row[full * NR..];
+                                    d[..rest.len()].copy_from_slice(rest);
+                                    d[rest.len()..].fill(0.0);
+                                }
+                            }
+                            bbuf
                         }
                         Src::Strided { data, rs, cs } => {
                             bbuf.resize(npan * kc * NR, 0.0);
@@ -390,15 +423,14 @@ impl Problem<'_> {
         let chunk = len.div_ceil(tasks).div_ceil(unit) * unit;
         use rayon::prelude::*;
         (0..len.div_ceil(chunk)).into_par_iter().for_each(|t| {
-            let cp = cp;
             let (s, e) = (t * chunk, ((t + 1) * chunk).min(len));
             // SAFETY: tasks compute disjoint row or column ranges of the matrix the caller
             // vouches for.
             unsafe {
                 if split_n {
-                    self.run_block(cp.0, rsc, 0, self.m, s, e)
+                    self.run_block(cp.get(), rsc, 0, self.m, s, e)
                 } else {
-                    self.run_block(cp.0, rsc, s, e, 0, self.n)
+                    self.run_block(cp.get(), rsc, s, e, 0, self.n)
                 }
             }
         });
