@@ -7,7 +7,7 @@
 //! Output columns are processed in blocks so the im2col buffer stays in cache.
 
 use crate::gemm::{PackedMatrix, Side};
-use crate::sgemm::{Problem, SendPtr, Src, MR, NR};
+use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
 use crate::Sgemm;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::nn::activation::Activation;
@@ -139,20 +139,46 @@ impl ConvKernel {
         }))
     }
 
-    /// Fills `buf` (`[C/group * k, bp]`) with the input patches of output columns `p0..p0+bp`.
-    fn im2col(&self, x: &[f32], p0: usize, bp: usize, buf: &mut [f32]) {
+    /// Fills `buf` with the input patches of output columns `p0..p0+bp` as a `[C/group * k,
+    /// bp]` matrix already in the GEMM's packed-B layout (per KC block, per panel of NR
+    /// columns, `kc * NR` values), so the GEMM reads it without another packing pass.
+    fn im2col_packed(&self, x: &[f32], p0: usize, bp: usize, buf: &mut [f32], row: &mut Vec<f32>) {
+        let kdim = buf.len() / (bp.div_ceil(NR) * NR).max(1);
+        let npan = bp.div_ceil(NR);
+        row.resize(npan * NR, 0.0);
+        let mut r = 0;
+        self.im2col_rows(x, p0, bp, row, |row| {
+            let pc = r / KC * KC;
+            let kc = KC.min(kdim - pc);
+            let base = pc * npan * NR + (r - pc) * NR;
+            for (jp, src) in row.chunks_exact(NR).enumerate() {
+                let src: &[f32; NR] = src.try_into().expect("NR values");
+                buf[base + jp * kc * NR..][..NR].copy_from_slice(src);
+            }
+            r += 1;
+        });
+    }
+
+    /// Produces each im2col row (output columns `p0..p0+bp`) in `row`, passing it to `emit`.
+    fn im2col_rows(
+        &self,
+        x: &[f32],
+        p0: usize,
+        bp: usize,
+        row: &mut [f32],
+        mut emit: impl FnMut(&[f32]),
+    ) {
         let g = &self.geo;
         let cg = self.s.in_channels / self.s.group;
         let [i0, i1, i2] = g.input;
         let [_, o1, o2] = g.output;
         let in_plane = i0 * i1 * i2;
         let (s2, d2, pad2) = (g.strides[2], g.dilations[2], g.pad[2]);
-        let mut rows = buf.chunks_exact_mut(bp);
         for xc in x.chunks_exact(in_plane).take(cg) {
             for kd in 0..g.kernel[0] {
                 for kh in 0..g.kernel[1] {
                     for kw in 0..g.kernel[2] {
-                        let Some(dst) = rows.next() else { return };
+                        let dst = &mut row[..bp];
                         let (mut p, mut j) = (p0, 0);
                         while j < bp {
                             let (od, oh, ow0) = (p / (o1 * o2), (p / o2) % o1, p % o2);
@@ -192,6 +218,7 @@ impl ConvKernel {
                             j += run;
                             p += run;
                         }
+                        emit(row);
                     }
                 }
             }
@@ -289,7 +316,7 @@ impl Kernel for ConvKernel {
         let msplit = mg.div_ceil(mchunk.max(1)).max(1);
         let tasks = pairs * nblocks * msplit;
         let yp = SendPtr(yv.as_mut_ptr());
-        let task = |buf: &mut Vec<f32>, t: usize| {
+        let task = |bufs: &mut (Vec<f32>, Vec<f32>), t: usize| {
             let (pair, rest) = (t / (nblocks * msplit), t % (nblocks * msplit));
             let (blk, mc) = (rest / msplit, rest % msplit);
             let (n, g) = (pair / group, pair % group);
@@ -304,13 +331,10 @@ impl Kernel for ConvKernel {
                     cs: 1,
                 }
             } else {
-                buf.resize(kdim * np, 0.0);
-                self.im2col(x, p0, np, buf);
-                Src::Strided {
-                    data: buf,
-                    rs: np,
-                    cs: 1,
-                }
+                let (buf, row) = bufs;
+                buf.resize(kdim * np.div_ceil(NR) * NR, 0.0);
+                self.im2col_packed(x, p0, np, buf, row);
+                Src::Packed(buf)
             };
             let a = match (&self.packed, w_in) {
                 (Some(p), _) => Src::Packed(p[g].data()),
@@ -349,10 +373,10 @@ impl Kernel for ConvKernel {
         if par && tasks > 1 {
             (0..tasks)
                 .into_par_iter()
-                .for_each_init(Vec::new, |buf, t| task(buf, t));
+                .for_each_init(Default::default, |bufs, t| task(bufs, t));
         } else {
-            let mut buf = Vec::new();
-            (0..tasks).for_each(|t| task(&mut buf, t));
+            let mut bufs = Default::default();
+            (0..tasks).for_each(|t| task(&mut bufs, t));
         }
         Ok(())
     }
