@@ -590,7 +590,9 @@ mod bench {
     #[ignore]
     fn gemm_speed() {
         for &(m, k, n) in &[
-            (64usize, 576usize, 3136usize),
+            (16usize, 64usize, 3025usize),
+            (64, 16, 3025),
+            (64, 576, 3136),
             (66, 576, 2048),
             (64, 576, 512),
             (120, 576, 512),

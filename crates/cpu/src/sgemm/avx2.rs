@@ -65,7 +65,7 @@ pub(super) unsafe fn kernel(
             ap = ap.add(MR);
             bp = bp.add(NR);
         }
-        if mr < MR || nr < NR {
+        if nr < NR {
             let mut t = [[0.0f32; NR]; MR];
             for (row, acc) in t.iter_mut().zip(&acc) {
                 _mm256_storeu_ps(row.as_mut_ptr(), acc[0]);
@@ -85,7 +85,8 @@ pub(super) unsafe fn kernel(
         } else {
             (_mm256_setzero_ps(), _mm256_setzero_ps())
         };
-        for (i, acc) in acc.iter().enumerate() {
+        // Full-width rows (mr may be short: only its rows are stored).
+        for (i, acc) in acc.iter().enumerate().take(mr) {
             let p = c.add(i * rsc);
             let (mut v0, mut v1) = (acc[0], acc[1]);
             if scale {
