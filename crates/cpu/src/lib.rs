@@ -5,6 +5,7 @@
 //! thread pool, which sets the thread count.
 
 pub mod conv;
+pub mod conv_transpose;
 pub mod depthwise;
 pub mod gemm;
 pub mod matmul;
@@ -14,6 +15,7 @@ pub mod sgemm;
 mod tests;
 
 use ferrolite_core::ops::linalg::conv::Conv;
+use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
 use ferrolite_core::ops::linalg::gemm::Gemm as GemmOp;
 use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
@@ -51,6 +53,14 @@ impl CpuKernels {
             }
             let w_value = req.inputs.get(1)?.as_ref()?.value;
             return conv::build(self.gemm, s, c.activation, x, w, w_value).ok()?;
+        }
+        if let Some(c) = op.downcast_ref::<ConvTranspose>() {
+            let (x, w) = (shape(0)?, shape(1)?);
+            let s = c.shapes(x, w).ok()?;
+            let w_value = req.inputs.get(1)?.as_ref()?.value;
+            let k =
+                conv_transpose::ConvTransposeKernel::new(self.gemm, s, c.activation, x, w, w_value);
+            return Some(Box::new(k.ok()??));
         }
         if op.downcast_ref::<MatMul>().is_some() {
             let b_value = req.inputs.get(1)?.as_ref()?.value;

@@ -499,3 +499,97 @@ fn unsupported_requests_fall_back() {
     };
     assert!(CpuKernels::default().kernel(&req).unwrap().is_none());
 }
+
+#[test]
+fn conv_transpose_matches_reference() {
+    use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
+    let mut rng = Lcg(11);
+    type Case = (
+        &'static [usize],
+        &'static [usize],
+        usize,
+        &'static [usize],
+        Option<&'static [usize]>,
+        &'static [usize],
+        Option<&'static [usize]>,
+    );
+    // x, w, group, strides, pads, dilations, output_padding
+    let cases: &[Case] = &[
+        (
+            &[1, 8, 10, 12],
+            &[8, 4, 2, 2],
+            1,
+            &[2, 2],
+            None,
+            &[1, 1],
+            None,
+        ),
+        (
+            &[2, 6, 7, 5],
+            &[6, 3, 3, 3],
+            1,
+            &[2, 2],
+            Some(&[1, 1, 1, 1]),
+            &[1, 1],
+            Some(&[1, 1]),
+        ),
+        (
+            &[1, 4, 5, 6],
+            &[4, 3, 3, 2],
+            2,
+            &[1, 2],
+            Some(&[0, 1, 2, 0]),
+            &[2, 1],
+            None,
+        ),
+        (
+            &[1, 3, 9, 9],
+            &[3, 5, 4, 4],
+            1,
+            &[3, 3],
+            Some(&[1, 2, 1, 0]),
+            &[1, 1],
+            None,
+        ),
+        (
+            &[1, 300, 6, 6],
+            &[300, 20, 2, 2],
+            1,
+            &[2, 2],
+            None,
+            &[1, 1],
+            None,
+        ),
+    ];
+    for threads in [1, 3] {
+        pool(threads).install(|| {
+            for (i, &(x, w, group, strides, pads, dil, opad)) in cases.iter().enumerate() {
+                let op = ConvTranspose {
+                    params: ConvParams {
+                        kernel_shape: None,
+                        strides: Some(strides.to_vec()),
+                        dilations: Some(dil.to_vec()),
+                        pads: pads.map(|p| p.to_vec()),
+                        auto_pad: AutoPad::NotSet,
+                    },
+                    group,
+                    activation: ACTS[i % ACTS.len()],
+                    output_padding: opad.map(|p| p.to_vec()),
+                    output_shape: None,
+                };
+                let m = w[1] * group;
+                let ins = vec![
+                    Some(rng.tensor(x)),
+                    Some(rng.tensor(w)),
+                    (i % 2 == 0).then(|| rng.tensor(&[m])),
+                ];
+                let op: Arc<dyn Op> = Arc::new(op);
+                assert_eq!(
+                    check(op.clone(), &ins, &[false, true, true]),
+                    "cpu.conv_transpose"
+                );
+                check(op, &ins, &[false, false, false]);
+            }
+        });
+    }
+}
