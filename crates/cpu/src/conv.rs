@@ -82,6 +82,9 @@ pub fn build(
     {
         return Ok(Some(Box::new(k)));
     }
+    if let Some(k) = crate::winograd::WinogradKernel::new(gemm, &s, activation, x_shape, w_value)? {
+        return Ok(Some(Box::new(k)));
+    }
     Ok(
         ConvKernel::new(gemm, s, activation, x_shape, w_shape, w_value)?
             .map(|k| Box::new(k) as Box<dyn Kernel>),

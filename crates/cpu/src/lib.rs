@@ -10,6 +10,7 @@ pub mod depthwise;
 pub mod gemm;
 pub mod matmul;
 pub mod sgemm;
+pub mod winograd;
 
 #[cfg(test)]
 mod tests;
