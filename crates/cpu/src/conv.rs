@@ -1,31 +1,36 @@
-//! f32 Conv as im2col + GEMM per (batch, group), with a plain GEMM for pointwise convolutions.
+//! f32 Conv: depthwise convolutions run a direct kernel ([`crate::depthwise`]); the rest
+//! run im2col + packed GEMM per (batch, group, column block), with the weights prepacked and
+//! bias + activation fused into the GEMM's store. Pointwise convolutions (1x1, stride 1, no
+//! padding) use X itself as the GEMM's right operand.
 //!
 //! Spatial ranks 1 to 3 are handled by viewing them as 3-D with leading size-1 dimensions.
-//! Output columns are processed in blocks so the im2col buffer stays small.
+//! Output columns are processed in blocks so the im2col buffer stays in cache.
 
-use crate::gemm::{Gemm, MatMut, MatRef, PackedMatrix};
+use crate::gemm::{PackedMatrix, Side};
+use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
+use crate::Sgemm;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
+use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
-use std::sync::Arc;
 
-/// im2col buffer budget per task, in elements.
-const BLOCK_ELEMS: usize = 1 << 16;
+/// im2col buffer budget per task, in elements (about 512 KB).
+const BLOCK_ELEMS: usize = 1 << 17;
 
 /// A convolution geometry padded to three spatial dimensions.
 #[derive(Clone, Debug)]
-struct Geo3 {
-    input: [usize; 3],
-    kernel: [usize; 3],
-    strides: [usize; 3],
-    dilations: [usize; 3],
-    pad: [usize; 3],
-    output: [usize; 3],
+pub(crate) struct Geo3 {
+    pub(crate) input: [usize; 3],
+    pub(crate) kernel: [usize; 3],
+    pub(crate) strides: [usize; 3],
+    pub(crate) dilations: [usize; 3],
+    pub(crate) pad: [usize; 3],
+    pub(crate) output: [usize; 3],
 }
 
 impl Geo3 {
-    fn new(s: &ConvShapes) -> Option<Geo3> {
+    pub(crate) fn new(s: &ConvShapes) -> Option<Geo3> {
         let g = &s.geometry;
         let r = g.input.len();
         if !(1..=3).contains(&r) {
@@ -49,7 +54,7 @@ impl Geo3 {
 
 #[derive(Debug)]
 pub struct ConvKernel {
-    gemm: Arc<dyn Gemm>,
+    gemm: Sgemm,
     s: ConvShapes,
     geo: Geo3,
     x_shape: Vec<usize>,
@@ -59,13 +64,39 @@ pub struct ConvKernel {
     packed: Option<Vec<PackedMatrix>>,
     /// 1x1 kernel, stride 1, no padding: X itself is the GEMM's right operand.
     pointwise: bool,
+    activation: Option<Activation>,
+}
+
+/// The best kernel for a Conv: depthwise direct, or im2col/pointwise GEMM. `None` when the
+/// shapes fall outside what these kernels handle.
+pub fn build(
+    gemm: Sgemm,
+    s: ConvShapes,
+    activation: Option<Activation>,
+    x_shape: &[usize],
+    w_shape: &[usize],
+    w_value: Option<&Tensor>,
+) -> OpResult<Option<Box<dyn Kernel>>> {
+    if let Some(k) =
+        crate::depthwise::DepthwiseKernel::new(gemm.isa, &s, activation, x_shape, w_shape)
+    {
+        return Ok(Some(Box::new(k)));
+    }
+    if let Some(k) = crate::winograd::WinogradKernel::new(gemm, &s, activation, x_shape, w_value)? {
+        return Ok(Some(Box::new(k)));
+    }
+    Ok(
+        ConvKernel::new(gemm, s, activation, x_shape, w_shape, w_value)?
+            .map(|k| Box::new(k) as Box<dyn Kernel>),
+    )
 }
 
 impl ConvKernel {
     /// `None` when the shapes fall outside what this kernel handles.
     pub fn new(
-        gemm: Arc<dyn Gemm>,
+        gemm: Sgemm,
         s: ConvShapes,
+        activation: Option<Activation>,
         x_shape: &[usize],
         w_shape: &[usize],
         w_value: Option<&Tensor>,
@@ -86,12 +117,12 @@ impl ConvKernel {
                 let wv = w.as_slice::<f32>()?;
                 let mut per = Vec::with_capacity(s.group);
                 for g in 0..s.group {
-                    let src = MatRef {
+                    let src = crate::gemm::MatRef {
                         data: wv.get(g * mg * kdim..).unwrap_or(&[]),
                         rs: kdim,
                         cs: 1,
                     };
-                    per.push(gemm.pack(mg, kdim, src)?);
+                    per.push(crate::gemm::Gemm::pack(&gemm, mg, kdim, src, Side::A)?);
                 }
                 Some(per)
             }
@@ -106,23 +137,51 @@ impl ConvKernel {
             y_shape,
             packed,
             pointwise,
+            activation,
             s,
         }))
     }
 
-    /// Fills `buf` (`[C/group * k, bp]`) with the input patches of output columns `p0..p0+bp`.
-    fn im2col(&self, x: &[f32], p0: usize, bp: usize, buf: &mut [f32]) {
+    /// Fills `buf` with the input patches of output columns `p0..p0+bp` as a `[C/group * k,
+    /// bp]` matrix already in the GEMM's packed-B layout (per KC block, per panel of NR
+    /// columns, `kc * NR` values), so the GEMM reads it without another packing pass.
+    fn im2col_packed(&self, x: &[f32], p0: usize, bp: usize, buf: &mut [f32], row: &mut Vec<f32>) {
+        let kdim = buf.len() / (bp.div_ceil(NR) * NR).max(1);
+        let npan = bp.div_ceil(NR);
+        row.resize(npan * NR, 0.0);
+        let mut r = 0;
+        self.im2col_rows(x, p0, bp, row, |row| {
+            let pc = r / KC * KC;
+            let kc = KC.min(kdim - pc);
+            let base = pc * npan * NR + (r - pc) * NR;
+            for (jp, src) in row.chunks_exact(NR).enumerate() {
+                let src: &[f32; NR] = src.try_into().expect("NR values");
+                buf[base + jp * kc * NR..][..NR].copy_from_slice(src);
+            }
+            r += 1;
+        });
+    }
+
+    /// Produces each im2col row (output columns `p0..p0+bp`) in `row`, passing it to `emit`.
+    fn im2col_rows(
+        &self,
+        x: &[f32],
+        p0: usize,
+        bp: usize,
+        row: &mut [f32],
+        mut emit: impl FnMut(&[f32]),
+    ) {
         let g = &self.geo;
         let cg = self.s.in_channels / self.s.group;
         let [i0, i1, i2] = g.input;
         let [_, o1, o2] = g.output;
         let in_plane = i0 * i1 * i2;
-        let mut rows = buf.chunks_exact_mut(bp);
+        let (s2, d2, pad2) = (g.strides[2], g.dilations[2], g.pad[2]);
         for xc in x.chunks_exact(in_plane).take(cg) {
             for kd in 0..g.kernel[0] {
                 for kh in 0..g.kernel[1] {
                     for kw in 0..g.kernel[2] {
-                        let Some(dst) = rows.next() else { return };
+                        let dst = &mut row[..bp];
                         let (mut p, mut j) = (p0, 0);
                         while j < bp {
                             let (od, oh, ow0) = (p / (o1 * o2), (p / o2) % o1, p % o2);
@@ -137,51 +196,36 @@ impl ConvKernel {
                                 seg.fill(0.0);
                             } else {
                                 let row = &xc[(id * i1 + ih) * i2..][..i2];
-                                for (t, v) in seg.iter_mut().enumerate() {
-                                    let iw = ((ow0 + t) * g.strides[2] + kw * g.dilations[2])
-                                        .wrapping_sub(g.pad[2]);
-                                    *v = row.get(iw).copied().unwrap_or(0.0);
+                                let off = kw * d2;
+                                if s2 == 1 {
+                                    // iw = ow0 + t + off - pad2: copy the in-bounds run.
+                                    let lo = pad2.saturating_sub(ow0 + off).min(run);
+                                    let start = (ow0 + off + lo).saturating_sub(pad2);
+                                    let hi = if lo == run {
+                                        run
+                                    } else {
+                                        lo + i2.saturating_sub(start).min(run - lo)
+                                    };
+                                    seg[..lo].fill(0.0);
+                                    if hi > lo {
+                                        seg[lo..hi].copy_from_slice(&row[start..start + hi - lo]);
+                                    }
+                                    seg[hi..].fill(0.0);
+                                } else {
+                                    for (t, v) in seg.iter_mut().enumerate() {
+                                        let iw = ((ow0 + t) * s2 + off).wrapping_sub(pad2);
+                                        *v = row.get(iw).copied().unwrap_or(0.0);
+                                    }
                                 }
                             }
                             j += run;
                             p += run;
                         }
+                        emit(row);
                     }
                 }
             }
         }
-    }
-
-    /// Output columns `p0..p0+bp` of one (batch, group): `C[Mg, bp] = W_g * cols`.
-    fn block(
-        &self,
-        w: MatRef,
-        x: &[f32],
-        p0: usize,
-        bp: usize,
-        c: MatMut,
-        buf: &mut Vec<f32>,
-    ) -> OpResult<()> {
-        let mg = self.s.out_channels / self.s.group;
-        let cg = self.s.in_channels / self.s.group;
-        let kdim = cg * self.geo.kernel.iter().product::<usize>();
-        let p_total: usize = self.geo.output.iter().product();
-        let b = if self.pointwise {
-            MatRef {
-                data: x.get(p0..).unwrap_or(&[]),
-                rs: p_total,
-                cs: 1,
-            }
-        } else {
-            buf.resize(kdim * bp, 0.0);
-            self.im2col(x, p0, bp, buf);
-            MatRef {
-                data: buf,
-                rs: bp,
-                cs: 1,
-            }
-        };
-        self.gemm.sgemm(mg, kdim, bp, 1.0, w, b, 0.0, c)
     }
 }
 
@@ -195,6 +239,14 @@ impl Kernel for ConvKernel {
             self.x_shape
         );
         let xv = x.as_slice::<f32>()?;
+        let (group, mg, cg) = (
+            self.s.group,
+            self.s.out_channels / self.s.group,
+            self.s.in_channels / self.s.group,
+        );
+        let p_total: usize = self.geo.output.iter().product();
+        let in_plane: usize = self.geo.input.iter().product();
+        let kdim = cg * self.geo.kernel.iter().product::<usize>();
         let w_in = match &self.packed {
             Some(_) => None,
             None => {
@@ -205,7 +257,9 @@ impl Kernel for ConvKernel {
                     w.shape(),
                     self.w_shape
                 );
-                Some(w.as_slice::<f32>()?)
+                let wv = w.as_slice::<f32>()?;
+                op_ensure!(wv.len() >= group * mg * kdim, "input 1 (W) is too short");
+                Some(wv)
             }
         };
         let bias = match inputs.get(2).copied().flatten() {
@@ -230,98 +284,104 @@ impl Kernel for ConvKernel {
             self.y_shape
         );
         let yv = y.as_mut_slice::<f32>()?;
-        let (group, mg, cg) = (
-            self.s.group,
-            self.s.out_channels / self.s.group,
-            self.s.in_channels / self.s.group,
-        );
-        let p_total: usize = self.geo.output.iter().product();
-        let in_plane: usize = self.geo.input.iter().product();
-        let kdim = cg * self.geo.kernel.iter().product::<usize>();
         if yv.is_empty() || p_total == 0 {
             return Ok(());
         }
-        let bp = (BLOCK_ELEMS / kdim.max(1))
-            .clamp(16, p_total.max(16))
-            .min(p_total);
-        let weights = |g: usize| -> MatRef {
-            match (&self.packed, w_in) {
-                (Some(p), _) => p[g].as_ref(),
-                (None, Some(w)) => MatRef {
-                    data: w.get(g * mg * kdim..).unwrap_or(&[]),
+        op_ensure!(
+            xv.len() == self.s.batch * self.s.in_channels * in_plane
+                && yv.len() == self.s.batch * self.s.out_channels * p_total,
+            "conv: buffer sizes differ from the plan"
+        );
+        // Column blocks: the im2col block fits in cache, and there are enough tasks to go round
+        // (a multiple of the thread count, so the threads finish together).
+        let threads = rayon::current_num_threads().max(1);
+        let budget = if self.pointwise { 1 << 20 } else { BLOCK_ELEMS };
+        let mut nblocks = p_total.div_ceil((budget / kdim.max(1)).max(4 * NR));
+        let pairs = self.s.batch * group;
+        let flops = 2 * mg * kdim * p_total * pairs;
+        let par = threads > 1 && flops >= 1 << 21;
+        if par && pairs < threads {
+            let want = threads.div_ceil(pairs);
+            nblocks = nblocks.div_ceil(want) * want;
+        }
+        let bp = p_total.div_ceil(nblocks).div_ceil(NR) * NR;
+        let nblocks = p_total.div_ceil(bp);
+        // Few column blocks for many threads (small images, deep layers): split rows too.
+        let msplit = if par && pairs * nblocks < threads {
+            threads
+                .div_ceil(pairs * nblocks)
+                .min(mg.div_ceil(MR))
+                .max(1)
+        } else {
+            1
+        };
+        let mchunk = mg.div_ceil(msplit).div_ceil(MR) * MR;
+        let msplit = mg.div_ceil(mchunk.max(1)).max(1);
+        let tasks = pairs * nblocks * msplit;
+        let yp = SendPtr(yv.as_mut_ptr());
+        let task = |bufs: &mut (Vec<f32>, Vec<f32>), t: usize| {
+            let (pair, rest) = (t / (nblocks * msplit), t % (nblocks * msplit));
+            let (blk, mc) = (rest / msplit, rest % msplit);
+            let (n, g) = (pair / group, pair % group);
+            let p0 = blk * bp;
+            let np = bp.min(p_total - p0);
+            let xs = (n * self.s.in_channels + g * cg) * in_plane;
+            let x = &xv[xs..xs + cg * in_plane];
+            let b = if self.pointwise {
+                Src::Strided {
+                    data: &x[p0..],
+                    rs: p_total,
+                    cs: 1,
+                }
+            } else {
+                let (buf, row) = bufs;
+                buf.resize(kdim * np.div_ceil(NR) * NR, 0.0);
+                self.im2col_packed(x, p0, np, buf, row);
+                Src::Packed(buf)
+            };
+            let a = match (&self.packed, w_in) {
+                (Some(p), _) => Src::Packed(p[g].data()),
+                (None, Some(w)) => Src::Strided {
+                    data: &w[g * mg * kdim..],
                     rs: kdim,
                     cs: 1,
                 },
-                (None, None) => MatRef {
-                    data: &[],
-                    rs: 0,
-                    cs: 0,
-                },
+                (None, None) => unreachable!("weights are packed or given"),
+            };
+            let prob = Problem {
+                isa: self.gemm.isa,
+                m: mg,
+                n: np,
+                k: kdim,
+                alpha: 1.0,
+                a,
+                b,
+                accumulate: false,
+                row_bias: bias.map(|b| &b[g * mg..(g + 1) * mg]).unwrap_or(&[]),
+                col_bias: &[],
+                act: self.activation,
+            };
+            let m0 = mc * mchunk;
+            let m1 = (m0 + mchunk).min(mg);
+            // SAFETY: the output holds batch * M * P elements (checked above); this task's
+            // C starts at row (n, g * mg), column p0, with row stride P, and covers rows
+            // m0..m1 of the group and its np columns: tasks write disjoint blocks.
+            unsafe {
+                let c = yp
+                    .get()
+                    .add((n * self.s.out_channels + g * mg) * p_total + p0);
+                prob.run_block(c, p_total, m0, m1, 0, np);
             }
         };
-        let x_of = |i: usize| -> &[f32] {
-            // Chunk i is (batch i / group, group i % group); its input channels are contiguous.
-            let (n, g) = (i / group, i % group);
-            let start = (n * self.s.in_channels + g * cg) * in_plane;
-            xv.get(start..start + cg * in_plane).unwrap_or(&[])
-        };
-        let add_bias = |i: usize, chunk: &mut [f32]| {
-            if let Some(b) = bias {
-                let g = i % group;
-                for (m, row) in chunk.chunks_exact_mut(p_total).enumerate() {
-                    let v = b[g * mg + m];
-                    row.iter_mut().for_each(|e| *e += v);
-                }
-            }
-        };
-        let tasks = self.s.batch * group;
-        let chunks = yv.par_chunks_mut(mg * p_total);
-        if tasks >= rayon::current_num_threads() || bp == p_total {
-            // Enough (batch, group) pairs to go round: each writes its own output block.
-            chunks.enumerate().try_for_each(|(i, chunk)| {
-                let mut buf = Vec::new();
-                let mut p0 = 0;
-                while p0 < p_total {
-                    let n = bp.min(p_total - p0);
-                    let c = MatMut {
-                        data: &mut chunk[p0..],
-                        rs: p_total,
-                        cs: 1,
-                    };
-                    self.block(weights(i % group), x_of(i), p0, n, c, &mut buf)?;
-                    p0 += n;
-                }
-                add_bias(i, chunk);
-                Ok(())
-            })
+        if par && tasks > 1 {
+            (0..tasks)
+                .into_par_iter()
+                .for_each_init(Default::default, |bufs, t| task(bufs, t));
         } else {
-            // Few pairs: parallelise over column blocks, each into its own buffer.
-            chunks.enumerate().try_for_each(|(i, chunk)| {
-                let starts: Vec<usize> = (0..p_total).step_by(bp).collect();
-                let parts: Vec<(usize, usize, Vec<f32>)> = starts
-                    .into_par_iter()
-                    .map(|p0| {
-                        let n = bp.min(p_total - p0);
-                        let mut out = vec![0.0f32; mg * n];
-                        let mut buf = Vec::new();
-                        let c = MatMut {
-                            data: &mut out,
-                            rs: n,
-                            cs: 1,
-                        };
-                        self.block(weights(i % group), x_of(i), p0, n, c, &mut buf)?;
-                        Ok((p0, n, out))
-                    })
-                    .collect::<OpResult<_>>()?;
-                for (p0, n, out) in parts {
-                    for (dst, src) in chunk.chunks_exact_mut(p_total).zip(out.chunks_exact(n)) {
-                        dst[p0..p0 + n].copy_from_slice(src);
-                    }
-                }
-                add_bias(i, chunk);
-                Ok(())
-            })
+            let mut bufs = Default::default();
+            (0..tasks).for_each(|t| task(&mut bufs, t));
         }
+        Ok(())
     }
 
     fn name(&self) -> &str {

@@ -1,18 +1,16 @@
 //! Dispatch and shared helpers for the f32 kernels of the cheap ops (elementwise, pooling,
 //! softmax, reductions, normalisations, data movement).
 
-use crate::gemm::Gemm;
-use crate::{deconv, elementwise, movement, norm, pool, reduce, resize, softmax};
+use crate::{elementwise, movement, norm, pool, reduce, resize, softmax};
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
-use std::sync::Arc;
 
 /// Below this many output elements a kernel stays on the calling thread.
 pub(crate) const PAR_MIN: usize = 1 << 16;
 
 /// The kernel for a request among the cheap ops, or `None`.
-pub(crate) fn pick(req: &KernelRequest, gemm: &Arc<dyn Gemm>) -> Option<Box<dyn Kernel>> {
+pub(crate) fn pick(req: &KernelRequest) -> Option<Box<dyn Kernel>> {
     if req.outputs.first()?.dtype != DType::F32 {
         return None;
     }
@@ -24,7 +22,6 @@ pub(crate) fn pick(req: &KernelRequest, gemm: &Arc<dyn Gemm>) -> Option<Box<dyn 
         .or_else(|| norm::pick(op, req))
         .or_else(|| movement::pick(op, req))
         .or_else(|| resize::pick(op, req))
-        .or_else(|| deconv::pick(op, req, gemm))
 }
 
 /// Shape of input `i` when it is present and f32.

@@ -1,7 +1,8 @@
-//! The single-precision GEMM interface the kernels use, and its implementation on the
-//! `matrixmultiply` crate. Kernels only see [`Gemm`], so the implementation can change
-//! (own microkernels, true prepacking) without touching them.
+//! The single-precision GEMM interface the kernels use, and its implementation [`Sgemm`] on
+//! our packed microkernels ([`crate::sgemm`]).
 
+use crate::sgemm::{pack_full, Isa, Problem, Src, MR, NR};
+use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
 
@@ -21,23 +22,55 @@ pub struct MatMut<'a> {
     pub cs: usize,
 }
 
-/// A matrix prepared once (e.g. constant weights) for repeated products. Today a contiguous
-/// row-major copy; a GEMM with its own packing format can store that here instead.
+/// Which side of a product a [`PackedMatrix`] was packed for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// Left operand (`A`, `m x k`): panels of [`MR`] rows.
+    A,
+    /// Right operand (`B`, `k x n`): panels of [`NR`] columns.
+    B,
+}
+
+/// A matrix packed once (e.g. constant weights) into the microkernel's panel layout, for
+/// repeated products on the side it was packed for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackedMatrix {
     pub rows: usize,
     pub cols: usize,
+    pub side: Side,
     data: Vec<f32>,
 }
 
 impl PackedMatrix {
-    pub fn as_ref(&self) -> MatRef<'_> {
-        MatRef {
-            data: &self.data,
-            rs: self.cols,
-            cs: 1,
-        }
+    /// The packed values (the driver's layout).
+    pub(crate) fn data(&self) -> &[f32] {
+        &self.data
     }
+}
+
+/// An operand of [`Gemm::gemm`].
+#[derive(Clone, Copy, Debug)]
+pub enum Operand<'a> {
+    Mat(MatRef<'a>),
+    Packed(&'a PackedMatrix),
+}
+
+/// Bias added by the epilogue.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum Bias<'a> {
+    #[default]
+    None,
+    /// One value per row of C (`m` values), e.g. a conv output channel.
+    Row(&'a [f32]),
+    /// One value per column of C (`n` values).
+    Col(&'a [f32]),
+}
+
+/// Applied to each element of C as the product is stored: bias, then activation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epilogue<'a> {
+    pub bias: Bias<'a>,
+    pub activation: Option<Activation>,
 }
 
 /// Elements spanned by a `rows x cols` matrix with the given strides (0 when empty).
@@ -64,9 +97,30 @@ fn distinct(rows: usize, cols: usize, rs: usize, cs: usize) -> bool {
 }
 
 pub trait Gemm: Debug + Send + Sync {
-    /// `C = alpha * A * B + beta * C` with `A: m x k`, `B: k x n`, `C: m x n`. When `beta` is 0,
-    /// C is overwritten without being read (stale NaNs do not leak). Errors when a slice is too
-    /// short for its shape and strides, or C's strides alias elements.
+    /// `C = alpha * A * B (+ C when accumulate)`, then the epilogue, with `A: m x k`,
+    /// `B: k x n`, `C: m x n`. Without `accumulate` C is overwritten without being read.
+    /// `parallel` lets it split the work over the current rayon pool. Errors when a slice is
+    /// too short for its shape and strides, C's strides alias elements, or a packed operand
+    /// does not match.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        alpha: f32,
+        a: Operand,
+        b: Operand,
+        accumulate: bool,
+        c: MatMut,
+        epilogue: &Epilogue,
+        parallel: bool,
+    ) -> OpResult<()>;
+
+    /// Packs a `rows x cols` matrix for use as the given side of many products.
+    fn pack(&self, rows: usize, cols: usize, src: MatRef, side: Side) -> OpResult<PackedMatrix>;
+
+    /// `C = alpha * A * B + beta * C` (BLAS convention; with `beta` 0, C is not read).
     #[allow(clippy::too_many_arguments)]
     fn sgemm(
         &self,
@@ -78,18 +132,31 @@ pub trait Gemm: Debug + Send + Sync {
         b: MatRef,
         beta: f32,
         c: MatMut,
-    ) -> OpResult<()>;
-
-    /// Prepares a `rows x cols` matrix for use as an operand of many products.
-    fn pack(&self, rows: usize, cols: usize, src: MatRef) -> OpResult<PackedMatrix> {
-        check(rows, cols, src.data.len(), src.rs, src.cs, "packed matrix")?;
-        let mut data = Vec::with_capacity(rows * cols);
-        for i in 0..rows {
-            for j in 0..cols {
-                data.push(src.data[i * src.rs + j * src.cs]);
+    ) -> OpResult<()> {
+        let c = if beta != 0.0 && beta != 1.0 {
+            check(m, n, c.data.len(), c.rs, c.cs, "C")?;
+            for i in 0..m {
+                for j in 0..n {
+                    c.data[i * c.rs + j * c.cs] *= beta;
+                }
             }
-        }
-        Ok(PackedMatrix { rows, cols, data })
+            c
+        } else {
+            c
+        };
+        let (a, b) = (Operand::Mat(a), Operand::Mat(b));
+        self.gemm(
+            m,
+            k,
+            n,
+            alpha,
+            a,
+            b,
+            beta != 0.0,
+            c,
+            &Epilogue::default(),
+            false,
+        )
     }
 }
 
@@ -102,24 +169,65 @@ fn check(rows: usize, cols: usize, len: usize, rs: usize, cs: usize, what: &str)
     Ok(())
 }
 
-/// [`Gemm`] on the `matrixmultiply` crate (single-threaded; kernels parallelise around it).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MatrixMultiply;
+/// The packed GEMM of [`crate::sgemm`] with a chosen microkernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sgemm {
+    pub isa: Isa,
+}
 
-impl Gemm for MatrixMultiply {
-    fn sgemm(
+impl Default for Sgemm {
+    fn default() -> Self {
+        Sgemm { isa: Isa::detect() }
+    }
+}
+
+impl Sgemm {
+    /// The plain-Rust microkernel (for tests and non-x86 CPUs).
+    pub fn portable() -> Self {
+        Sgemm { isa: Isa::Portable }
+    }
+
+    /// Validates an operand; `rows x cols` as seen by the product.
+    fn src<'a>(op: Operand<'a>, rows: usize, cols: usize, side: Side) -> OpResult<Src<'a>> {
+        match op {
+            Operand::Mat(r) => {
+                check(rows, cols, r.data.len(), r.rs, r.cs, "operand")?;
+                Ok(Src::Strided {
+                    data: r.data,
+                    rs: r.rs,
+                    cs: r.cs,
+                })
+            }
+            Operand::Packed(p) => {
+                op_ensure!(
+                    p.rows == rows && p.cols == cols && p.side == side,
+                    "gemm: packed {:?} operand is {}x{}, expected {side:?} {rows}x{cols}",
+                    p.side,
+                    p.rows,
+                    p.cols
+                );
+                Ok(Src::Packed(&p.data))
+            }
+        }
+    }
+}
+
+impl Gemm for Sgemm {
+    fn gemm(
         &self,
         m: usize,
         k: usize,
         n: usize,
         alpha: f32,
-        a: MatRef,
-        b: MatRef,
-        beta: f32,
+        a: Operand,
+        b: Operand,
+        accumulate: bool,
         c: MatMut,
+        epilogue: &Epilogue,
+        parallel: bool,
     ) -> OpResult<()> {
-        check(m, k, a.data.len(), a.rs, a.cs, "A")?;
-        check(k, n, b.data.len(), b.rs, b.cs, "B")?;
+        let a = Self::src(a, m, k, Side::A)?;
+        let b = Self::src(b, k, n, Side::B)?;
         check(m, n, c.data.len(), c.rs, c.cs, "C")?;
         op_ensure!(
             distinct(m, n, c.rs, c.cs),
@@ -127,46 +235,80 @@ impl Gemm for MatrixMultiply {
             c.rs,
             c.cs
         );
+        let (row_bias, col_bias) = match epilogue.bias {
+            Bias::None => (&[][..], &[][..]),
+            Bias::Row(b) => {
+                op_ensure!(
+                    b.len() >= m,
+                    "gemm: row bias has {} values for {m} rows",
+                    b.len()
+                );
+                (b, &[][..])
+            }
+            Bias::Col(b) => {
+                op_ensure!(
+                    b.len() >= n,
+                    "gemm: column bias has {} values for {n} columns",
+                    b.len()
+                );
+                (&[][..], b)
+            }
+        };
         if m == 0 || n == 0 {
             return Ok(());
         }
-        if k == 0 {
-            for i in 0..m {
-                for j in 0..n {
-                    let e = &mut c.data[i * c.rs + j * c.cs];
-                    *e = if beta == 0.0 { 0.0 } else { beta * *e };
+        let p = Problem {
+            isa: self.isa,
+            m,
+            n,
+            k,
+            alpha,
+            a,
+            b,
+            accumulate,
+            row_bias,
+            col_bias,
+            act: epilogue.activation,
+        };
+        if c.cs == 1 && (m == 1 || c.rs >= n) {
+            // SAFETY: C (row stride c.rs, contiguous columns) fits its slice (checked above),
+            // rows do not overlap, and it is borrowed mutably, so no one else touches it.
+            unsafe { p.run(c.data.as_mut_ptr(), c.rs, parallel) };
+        } else {
+            // Other layouts: compute into a dense buffer, then scatter.
+            let mut t = vec![0.0f32; m * n];
+            if accumulate {
+                for i in 0..m {
+                    for j in 0..n {
+                        t[i * n + j] = c.data[i * c.rs + j * c.cs];
+                    }
                 }
             }
-            return Ok(());
-        }
-        let big = |v: usize| isize::try_from(v).is_ok();
-        op_ensure!(
-            [a.rs, a.cs, b.rs, b.cs, c.rs, c.cs].into_iter().all(big),
-            "gemm: strides too large"
-        );
-        // SAFETY: the checks above guarantee every element (i, j) addressed through the given
-        // strides lies inside its slice (extent <= len), that C's elements are distinct, and C
-        // is borrowed mutably so it aliases neither A nor B. matrixmultiply only reads A and B
-        // and writes C within those extents, single-threaded.
-        unsafe {
-            matrixmultiply::sgemm(
-                m,
-                k,
-                n,
-                alpha,
-                a.data.as_ptr(),
-                a.rs as isize,
-                a.cs as isize,
-                b.data.as_ptr(),
-                b.rs as isize,
-                b.cs as isize,
-                beta,
-                c.data.as_mut_ptr(),
-                c.rs as isize,
-                c.cs as isize,
-            );
+            // SAFETY: t is a dense m x n buffer owned here.
+            unsafe { p.run(t.as_mut_ptr(), n, parallel) };
+            for i in 0..m {
+                for j in 0..n {
+                    c.data[i * c.rs + j * c.cs] = t[i * n + j];
+                }
+            }
         }
         Ok(())
+    }
+
+    fn pack(&self, rows: usize, cols: usize, src: MatRef, side: Side) -> OpResult<PackedMatrix> {
+        check(rows, cols, src.data.len(), src.rs, src.cs, "packed matrix")?;
+        let data = match side {
+            // Lines are rows of A (stride rs), depth along columns.
+            Side::A => pack_full(src.data, src.rs, src.cs, rows, cols, MR),
+            // Lines are columns of B, depth along rows.
+            Side::B => pack_full(src.data, src.cs, src.rs, cols, rows, NR),
+        };
+        Ok(PackedMatrix {
+            rows,
+            cols,
+            side,
+            data,
+        })
     }
 }
 
@@ -176,39 +318,12 @@ mod tests {
 
     #[test]
     fn strided_product_and_checks() {
-        let g = MatrixMultiply;
-        // A 2x3 row-major, B given transposed (3x2 viewed through strides of a 2x3).
-        let a = [1.0f32, 2., 3., 4., 5., 6.];
-        let bt = [7.0f32, 9., 11., 8., 10., 12.];
-        let mut c = [f32::NAN; 4];
-        g.sgemm(
-            2,
-            3,
-            2,
-            1.0,
-            MatRef {
-                data: &a,
-                rs: 3,
-                cs: 1,
-            },
-            MatRef {
-                data: &bt,
-                rs: 1,
-                cs: 3,
-            },
-            0.0,
-            MatMut {
-                data: &mut c,
-                rs: 2,
-                cs: 1,
-            },
-        )
-        .unwrap();
-        assert_eq!(c, [58., 64., 139., 154.]);
-        // Too-short slices and aliasing C are errors, not UB.
-        let mut c = [0.0f32; 3];
-        assert!(g
-            .sgemm(
+        for g in [Sgemm::default(), Sgemm::portable()] {
+            // A 2x3 row-major, B given transposed (3x2 viewed through strides of a 2x3).
+            let a = [1.0f32, 2., 3., 4., 5., 6.];
+            let bt = [7.0f32, 9., 11., 8., 10., 12.];
+            let mut c = [f32::NAN; 4];
+            g.sgemm(
                 2,
                 3,
                 2,
@@ -216,83 +331,328 @@ mod tests {
                 MatRef {
                     data: &a,
                     rs: 3,
-                    cs: 1
+                    cs: 1,
                 },
                 MatRef {
                     data: &bt,
                     rs: 1,
-                    cs: 3
+                    cs: 3,
                 },
                 0.0,
                 MatMut {
                     data: &mut c,
                     rs: 2,
-                    cs: 1
+                    cs: 1,
                 },
             )
-            .is_err());
-        let mut c = [0.0f32; 4];
-        assert!(g
-            .sgemm(
+            .unwrap();
+            assert_eq!(c, [58., 64., 139., 154.]);
+            // Too-short slices and aliasing C are errors, not UB.
+            let mut c = [0.0f32; 3];
+            assert!(g
+                .sgemm(
+                    2,
+                    3,
+                    2,
+                    1.0,
+                    MatRef {
+                        data: &a,
+                        rs: 3,
+                        cs: 1
+                    },
+                    MatRef {
+                        data: &bt,
+                        rs: 1,
+                        cs: 3
+                    },
+                    0.0,
+                    MatMut {
+                        data: &mut c,
+                        rs: 2,
+                        cs: 1
+                    },
+                )
+                .is_err());
+            let mut c = [0.0f32; 4];
+            assert!(g
+                .sgemm(
+                    2,
+                    3,
+                    2,
+                    1.0,
+                    MatRef {
+                        data: &a,
+                        rs: 3,
+                        cs: 1
+                    },
+                    MatRef {
+                        data: &bt,
+                        rs: 1,
+                        cs: 3
+                    },
+                    0.0,
+                    MatMut {
+                        data: &mut c,
+                        rs: 0,
+                        cs: 1
+                    },
+                )
+                .is_err());
+            // k = 0 with beta 0 clears C.
+            let mut c = [f32::NAN; 4];
+            g.sgemm(
                 2,
-                3,
+                0,
                 2,
                 1.0,
                 MatRef {
-                    data: &a,
-                    rs: 3,
-                    cs: 1
+                    data: &[],
+                    rs: 0,
+                    cs: 1,
                 },
                 MatRef {
-                    data: &bt,
-                    rs: 1,
-                    cs: 3
+                    data: &[],
+                    rs: 2,
+                    cs: 1,
                 },
                 0.0,
                 MatMut {
                     data: &mut c,
-                    rs: 0,
-                    cs: 1
-                },
-            )
-            .is_err());
-        // k = 0 with beta 0 clears C.
-        let mut c = [f32::NAN; 4];
-        g.sgemm(
-            2,
-            0,
-            2,
-            1.0,
-            MatRef {
-                data: &[],
-                rs: 0,
-                cs: 1,
-            },
-            MatRef {
-                data: &[],
-                rs: 2,
-                cs: 1,
-            },
-            0.0,
-            MatMut {
-                data: &mut c,
-                rs: 2,
-                cs: 1,
-            },
-        )
-        .unwrap();
-        assert_eq!(c, [0.0; 4]);
-        let p = g
-            .pack(
-                2,
-                2,
-                MatRef {
-                    data: &a,
-                    rs: 1,
-                    cs: 3,
+                    rs: 2,
+                    cs: 1,
                 },
             )
             .unwrap();
-        assert_eq!(p.as_ref().data, &[1., 4., 2., 5.]);
+            assert_eq!(c, [0.0; 4]);
+        }
+    }
+
+    fn naive(m: usize, k: usize, n: usize, a: MatRef, b: MatRef) -> Vec<f32> {
+        let mut c = vec![0.0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for p in 0..k {
+                    c[i * n + j] +=
+                        a.data[i * a.rs + p * a.cs] as f64 * b.data[p * b.rs + j * b.cs] as f64;
+                }
+            }
+        }
+        c.into_iter().map(|v| v as f32).collect()
+    }
+
+    /// Blocked sizes (k > KC, m > MC, n > NC), tails, transposed operands, packed operands,
+    /// epilogues, both microkernels, serial and parallel.
+    #[test]
+    fn packed_gemm_matches_naive() {
+        let mut seed = 1u64;
+        let mut rnd = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let sizes = [
+            (1, 1, 1),
+            (5, 3, 17),
+            (6, 16, 16),
+            (7, 300, 33),
+            (13, 1, 2100),
+            (130, 257, 40),
+            (2, 600, 5),
+            (250, 70, 90),
+        ];
+        for g in [Sgemm::default(), Sgemm::portable()] {
+            for &(m, k, n) in &sizes {
+                let av: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
+                let bv: Vec<f32> = (0..k * n).map(|_| rnd()).collect();
+                let rb: Vec<f32> = (0..m).map(|_| rnd()).collect();
+                let cb: Vec<f32> = (0..n).map(|_| rnd()).collect();
+                for (ta, tb) in [(false, false), (true, true)] {
+                    let a = if ta {
+                        MatRef {
+                            data: &av,
+                            rs: 1,
+                            cs: m,
+                        }
+                    } else {
+                        MatRef {
+                            data: &av,
+                            rs: k,
+                            cs: 1,
+                        }
+                    };
+                    let b = if tb {
+                        MatRef {
+                            data: &bv,
+                            rs: 1,
+                            cs: k,
+                        }
+                    } else {
+                        MatRef {
+                            data: &bv,
+                            rs: n,
+                            cs: 1,
+                        }
+                    };
+                    let want = naive(m, k, n, a, b);
+                    let pa = g.pack(m, k, a, Side::A).unwrap();
+                    let pb = g.pack(k, n, b, Side::B).unwrap();
+                    let acts = [
+                        None,
+                        Some(Activation::Relu),
+                        Some(Activation::Clip {
+                            min: -0.5,
+                            max: 0.5,
+                        }),
+                        Some(Activation::LeakyRelu { alpha: 0.1 }),
+                        Some(Activation::HardSigmoid {
+                            alpha: 0.2,
+                            beta: 0.5,
+                        }),
+                        Some(Activation::HardSwish),
+                        Some(Activation::Sigmoid),
+                    ];
+                    for (t, act) in acts.into_iter().enumerate() {
+                        let bias = match t % 3 {
+                            0 => Bias::None,
+                            1 => Bias::Row(&rb),
+                            _ => Bias::Col(&cb),
+                        };
+                        let (oa, ob) = match t % 4 {
+                            0 => (Operand::Mat(a), Operand::Mat(b)),
+                            1 => (Operand::Packed(&pa), Operand::Mat(b)),
+                            2 => (Operand::Mat(a), Operand::Packed(&pb)),
+                            _ => (Operand::Packed(&pa), Operand::Packed(&pb)),
+                        };
+                        let alpha = if t == 2 { 0.5 } else { 1.0 };
+                        let init: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
+                        let accumulate = t % 2 == 1;
+                        let mut c = init.clone();
+                        let epi = Epilogue {
+                            bias,
+                            activation: act,
+                        };
+                        pool.install(|| {
+                            g.gemm(
+                                m,
+                                k,
+                                n,
+                                alpha,
+                                oa,
+                                ob,
+                                accumulate,
+                                MatMut {
+                                    data: &mut c,
+                                    rs: n,
+                                    cs: 1,
+                                },
+                                &epi,
+                                t % 2 == 0,
+                            )
+                        })
+                        .unwrap();
+                        for i in 0..m {
+                            for j in 0..n {
+                                let mut v = alpha * want[i * n + j];
+                                if accumulate {
+                                    v += init[i * n + j];
+                                }
+                                match bias {
+                                    Bias::Row(r) => v += r[i],
+                                    Bias::Col(cb) => v += cb[j],
+                                    Bias::None => {}
+                                }
+                                if let Some(a) = act {
+                                    v = a.apply(v);
+                                }
+                                let got = c[i * n + j];
+                                assert!(
+                                    (got - v).abs() <= 1e-4 * (1.0 + k as f32).sqrt(),
+                                    "{g:?} {m}x{k}x{n} t={t} ({i},{j}): {got} vs {v}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+
+    /// `cargo test --release -p ferrolite-cpu -- --ignored --nocapture gemm_speed`
+    #[test]
+    #[ignore]
+    fn gemm_speed() {
+        for &(m, k, n) in &[
+            (16usize, 64usize, 3025usize),
+            (64, 16, 3025),
+            (64, 576, 3136),
+            (66, 576, 2048),
+            (64, 576, 512),
+            (120, 576, 512),
+            (64, 256, 512),
+            (512, 512, 512),
+            (256, 2304, 196),
+            (512, 4608, 49),
+        ] {
+            let a = vec![0.5f32; m * k];
+            let b = vec![0.25f32; k * n];
+            let mut c = vec![0.0f32; m * n];
+            let g = Sgemm::default();
+            let pa = g
+                .pack(
+                    m,
+                    k,
+                    MatRef {
+                        data: &a,
+                        rs: k,
+                        cs: 1,
+                    },
+                    Side::A,
+                )
+                .unwrap();
+            let cpu = || -> f64 {
+                let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+                s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
+            };
+            let t = cpu();
+            let reps = 20;
+            for _ in 0..reps {
+                let c = MatMut {
+                    data: &mut c,
+                    rs: n,
+                    cs: 1,
+                };
+                let b = Operand::Mat(MatRef {
+                    data: &b,
+                    rs: n,
+                    cs: 1,
+                });
+                g.gemm(
+                    m,
+                    k,
+                    n,
+                    1.0,
+                    Operand::Packed(&pa),
+                    b,
+                    false,
+                    c,
+                    &Epilogue::default(),
+                    false,
+                )
+                .unwrap();
+            }
+            let s = (cpu() - t) / reps as f64;
+            println!(
+                "{m}x{k}x{n}: {:.1} GFLOP/s",
+                2.0 * (m * k * n) as f64 / s / 1e9
+            );
+        }
     }
 }

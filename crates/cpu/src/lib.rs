@@ -5,7 +5,8 @@
 //! thread pool, which sets the thread count.
 
 pub mod conv;
-mod deconv;
+pub mod conv_transpose;
+pub mod depthwise;
 mod elementwise;
 mod fast;
 pub mod gemm;
@@ -16,7 +17,9 @@ mod norm;
 mod pool;
 mod reduce;
 mod resize;
+pub mod sgemm;
 mod softmax;
+pub mod winograd;
 
 #[cfg(test)]
 mod fast_tests;
@@ -24,36 +27,28 @@ mod fast_tests;
 mod tests;
 
 use ferrolite_core::ops::linalg::conv::Conv;
+use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
 use ferrolite_core::ops::linalg::gemm::Gemm as GemmOp;
 use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
 use ferrolite_core::{DType, Result};
-use gemm::{Gemm, MatrixMultiply};
-use std::sync::Arc;
+pub use gemm::Sgemm;
 
 /// The CPU kernel provider.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct CpuKernels {
-    gemm: Arc<dyn Gemm>,
-}
-
-impl Default for CpuKernels {
-    fn default() -> Self {
-        CpuKernels {
-            gemm: Arc::new(MatrixMultiply),
-        }
-    }
+    gemm: Sgemm,
 }
 
 impl CpuKernels {
-    /// A provider using another GEMM implementation.
-    pub fn with_gemm(gemm: Arc<dyn Gemm>) -> Self {
+    /// A provider using a given GEMM (e.g. the portable microkernels).
+    pub fn with_gemm(gemm: Sgemm) -> Self {
         CpuKernels { gemm }
     }
 
     /// The kernel for a request, or `None` when the op, dtypes or shapes are not handled.
     fn pick(&self, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-        if let Some(k) = fast::pick(req, &self.gemm) {
+        if let Some(k) = fast::pick(req) {
             return Some(k);
         }
         let all_f32 = req.inputs.iter().flatten().all(|i| i.dtype == DType::F32)
@@ -72,20 +67,29 @@ impl CpuKernels {
                 }
             }
             let w_value = req.inputs.get(1)?.as_ref()?.value;
-            let k = conv::ConvKernel::new(self.gemm.clone(), s, x, w, w_value).ok()??;
-            return Some(Box::new(k));
+            return conv::build(self.gemm, s, c.activation, x, w, w_value).ok()?;
+        }
+        if let Some(c) = op.downcast_ref::<ConvTranspose>() {
+            let (x, w) = (shape(0)?, shape(1)?);
+            let s = c.shapes(x, w).ok()?;
+            let w_value = req.inputs.get(1)?.as_ref()?.value;
+            let k =
+                conv_transpose::ConvTransposeKernel::new(self.gemm, s, c.activation, x, w, w_value);
+            return Some(Box::new(k.ok()??));
         }
         if op.downcast_ref::<MatMul>().is_some() {
-            let k = matmul::MatMulKernel::new(self.gemm.clone(), shape(0)?, shape(1)?).ok()?;
+            let b_value = req.inputs.get(1)?.as_ref()?.value;
+            let k = matmul::MatMulKernel::new(self.gemm, shape(0)?, shape(1)?, b_value).ok()?;
             return Some(Box::new(k));
         }
         if let Some(g) = op.downcast_ref::<GemmOp>() {
             let k = matmul::GemmKernel::new(
-                self.gemm.clone(),
+                self.gemm,
                 g.clone(),
                 shape(0)?,
                 shape(1)?,
                 shape(2),
+                req.inputs.get(1)?.as_ref()?.value,
             )
             .ok()?;
             return Some(Box::new(k));

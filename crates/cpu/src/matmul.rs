@@ -1,24 +1,16 @@
-//! f32 MatMul (batched, broadcast) and Gemm on the [`Gemm`] trait, parallel over batches and
-//! row blocks.
+//! f32 MatMul (batched, broadcast) and Gemm on the packed GEMM: a constant B is prepacked
+//! once; Gemm's C (when it is a row or column vector) and activation go into the epilogue.
+//! The GEMM splits large products over the threads; many small batches go in parallel.
 
-use crate::gemm::{Gemm, MatMut, MatRef};
+use crate::gemm::{Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Side};
+use crate::Sgemm;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::linalg::matmul::MatMulShapes;
+use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::ops::util::broadcast_offsets;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 use rayon::prelude::*;
-use std::sync::Arc;
-
-/// Rows per parallel task: enough tasks for the threads, but not tiny GEMMs.
-fn row_block(m: usize, batches: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
-    if batches >= threads {
-        return m.max(1);
-    }
-    let per = m.div_ceil(threads.div_ceil(batches.max(1)));
-    per.max(16).min(m.max(1))
-}
 
 fn check_shape(t: &Tensor, want: &[usize], what: &str) -> OpResult<()> {
     op_ensure!(
@@ -31,18 +23,43 @@ fn check_shape(t: &Tensor, want: &[usize], what: &str) -> OpResult<()> {
 
 #[derive(Debug)]
 pub struct MatMulKernel {
-    gemm: Arc<dyn Gemm>,
+    gemm: Sgemm,
     s: MatMulShapes,
     a_shape: Vec<usize>,
     b_shape: Vec<usize>,
     a_index: Vec<usize>,
     b_index: Vec<usize>,
+    /// B's matrices, prepacked when B is a constant.
+    packed_b: Option<Vec<PackedMatrix>>,
 }
 
 impl MatMulKernel {
-    pub fn new(gemm: Arc<dyn Gemm>, a: &[usize], b: &[usize]) -> OpResult<MatMulKernel> {
+    pub fn new(
+        gemm: Sgemm,
+        a: &[usize],
+        b: &[usize],
+        b_value: Option<&Tensor>,
+    ) -> OpResult<MatMulKernel> {
         let s = MatMulShapes::new(a, b)?;
         let (a_index, b_index) = s.batch_indices();
+        let packed_b = match b_value {
+            Some(t) => {
+                let bv = t.as_slice::<f32>()?;
+                let (k, n) = (s.k, s.n);
+                let count = b_index.iter().max().map_or(0, |&i| i + 1);
+                let mut v = Vec::with_capacity(count);
+                for i in 0..count {
+                    let src = MatRef {
+                        data: bv.get(i * k * n..).unwrap_or(&[]),
+                        rs: n,
+                        cs: 1,
+                    };
+                    v.push(gemm.pack(k, n, src, Side::B)?);
+                }
+                Some(v)
+            }
+            None => None,
+        };
         Ok(MatMulKernel {
             gemm,
             s,
@@ -50,6 +67,7 @@ impl MatMulKernel {
             b_shape: b.to_vec(),
             a_index,
             b_index,
+            packed_b,
         })
     }
 }
@@ -70,34 +88,41 @@ impl Kernel for MatMulKernel {
         if yv.is_empty() {
             return Ok(());
         }
-        let rb = row_block(m, self.a_index.len());
-        yv.par_chunks_mut(m * n)
-            .zip(self.a_index.par_iter().zip(&self.b_index))
-            .try_for_each(|(out, (&ia, &ib))| {
-                let a_mat = av.get(ia * m * k..).unwrap_or(&[]);
-                let b_mat = MatRef {
+        let batches = self.a_index.len();
+        let one = |out: &mut [f32], ia: usize, ib: usize, parallel: bool| {
+            let a_mat = MatRef {
+                data: av.get(ia * m * k..).unwrap_or(&[]),
+                rs: k,
+                cs: 1,
+            };
+            let b_mat = match &self.packed_b {
+                Some(p) => Operand::Packed(&p[ib]),
+                None => Operand::Mat(MatRef {
                     data: bv.get(ib * k * n..).unwrap_or(&[]),
                     rs: n,
                     cs: 1,
-                };
-                out.par_chunks_mut(rb * n)
-                    .enumerate()
-                    .try_for_each(|(r, rows)| {
-                        let r0 = r * rb;
-                        let mr = rows.len() / n;
-                        let a_rows = MatRef {
-                            data: a_mat.get(r0 * k..).unwrap_or(&[]),
-                            rs: k,
-                            cs: 1,
-                        };
-                        let c = MatMut {
-                            data: rows,
-                            rs: n,
-                            cs: 1,
-                        };
-                        self.gemm.sgemm(mr, k, n, 1.0, a_rows, b_mat, 0.0, c)
-                    })
-            })
+                }),
+            };
+            let c = MatMut {
+                data: out,
+                rs: n,
+                cs: 1,
+            };
+            let epi = Epilogue::default();
+            let a_mat = Operand::Mat(a_mat);
+            self.gemm
+                .gemm(m, k, n, 1.0, a_mat, b_mat, false, c, &epi, parallel)
+        };
+        let threads = rayon::current_num_threads();
+        if batches > 1 && batches >= threads && 2 * m * n * k * batches >= 1 << 20 {
+            yv.par_chunks_mut(m * n)
+                .zip(self.a_index.par_iter().zip(&self.b_index))
+                .try_for_each(|(out, (&ia, &ib))| one(out, ia, ib, false))
+        } else {
+            yv.chunks_mut(m * n)
+                .zip(self.a_index.iter().zip(&self.b_index))
+                .try_for_each(|(out, (&ia, &ib))| one(out, ia, ib, true))
+        }
     }
 
     fn name(&self) -> &str {
@@ -105,9 +130,21 @@ impl Kernel for MatMulKernel {
     }
 }
 
+/// How Gemm's C enters the product.
+#[derive(Debug)]
+enum CMode {
+    None,
+    /// C broadcasts along rows: one value per column (`[n]`, `[1, n]`, scalars).
+    Col,
+    /// One value per row (`[m, 1]`).
+    Row,
+    /// A full `[m, n]`: prefill Y with `beta * C` and accumulate.
+    Full,
+}
+
 #[derive(Debug)]
 pub struct GemmKernel {
-    gemm: Arc<dyn Gemm>,
+    gemm: Sgemm,
     op: ferrolite_core::ops::linalg::gemm::Gemm,
     m: usize,
     k: usize,
@@ -116,17 +153,49 @@ pub struct GemmKernel {
     b_shape: Vec<usize>,
     /// C's shape and, per output element, the C element broadcast onto it.
     c: Option<(Vec<usize>, Vec<usize>)>,
+    c_mode: CMode,
+    packed_b: Option<PackedMatrix>,
 }
 
 impl GemmKernel {
     pub fn new(
-        gemm: Arc<dyn Gemm>,
+        gemm: Sgemm,
         op: ferrolite_core::ops::linalg::gemm::Gemm,
         a: &[usize],
         b: &[usize],
         c: Option<&[usize]>,
+        b_value: Option<&Tensor>,
     ) -> OpResult<GemmKernel> {
         let (m, k, n) = ferrolite_core::ops::linalg::gemm::gemm_dims(&op, a, b, c)?;
+        let c_mode = match c {
+            _ if op.beta == 0.0 => CMode::None,
+            None => CMode::None,
+            Some(s) => {
+                let numel: usize = s.iter().product();
+                let last = s.last().copied().unwrap_or(1);
+                if numel <= 1 || (numel == n && last == n) {
+                    CMode::Col
+                } else if s.len() == 2 && s[1] == 1 && s[0] == m {
+                    CMode::Row
+                } else {
+                    CMode::Full
+                }
+            }
+        };
+        let (brs, bcs) = if op.trans_b { (1, k) } else { (n, 1) };
+        let packed_b = match b_value {
+            Some(t) => Some(gemm.pack(
+                k,
+                n,
+                MatRef {
+                    data: t.as_slice::<f32>()?,
+                    rs: brs,
+                    cs: bcs,
+                },
+                Side::B,
+            )?),
+            None => None,
+        };
         Ok(GemmKernel {
             gemm,
             op,
@@ -136,7 +205,13 @@ impl GemmKernel {
             a_shape: a.to_vec(),
             b_shape: b.to_vec(),
             c: c.map(|c| (c.to_vec(), broadcast_offsets(c, &[m, n]))),
+            c_mode,
+            packed_b,
         })
+    }
+
+    fn activation(&self) -> Option<Activation> {
+        self.op.activation
     }
 }
 
@@ -165,40 +240,68 @@ impl Kernel for GemmKernel {
             return Ok(());
         }
         let beta = self.op.beta;
-        let use_c = c.is_some() && beta != 0.0;
-        if let (true, Some((cv, off))) = (use_c, c) {
-            yv.par_iter_mut()
-                .zip(off.par_iter())
-                .for_each(|(y, &o)| *y = beta * cv[o]);
-        }
+        let mut bias_buf = Vec::new();
+        let mut accumulate = false;
+        let mode = if c.is_some() {
+            &self.c_mode
+        } else {
+            &CMode::None
+        };
+        let bias = match (mode, c) {
+            (CMode::Col, Some((cv, off))) => {
+                bias_buf.extend(off[..n].iter().map(|&o| beta * cv[o]));
+                Bias::Col(&bias_buf)
+            }
+            (CMode::Row, Some((cv, off))) => {
+                bias_buf.extend((0..m).map(|i| beta * cv[off[i * n]]));
+                Bias::Row(&bias_buf)
+            }
+            (CMode::Full, Some((cv, off))) => {
+                yv.iter_mut()
+                    .zip(off.iter())
+                    .for_each(|(y, &o)| *y = beta * cv[o]);
+                accumulate = true;
+                Bias::None
+            }
+            _ => Bias::None,
+        };
         // Element (i, p) of op(A): transposed storage swaps the strides.
         let (ars, acs) = if self.op.trans_a { (1, m) } else { (k, 1) };
         let (brs, bcs) = if self.op.trans_b { (1, k) } else { (n, 1) };
-        let b_mat = MatRef {
-            data: bv,
-            rs: brs,
-            cs: bcs,
+        let a_mat = Operand::Mat(MatRef {
+            data: av,
+            rs: ars,
+            cs: acs,
+        });
+        let b_mat = match &self.packed_b {
+            Some(p) => Operand::Packed(p),
+            None => Operand::Mat(MatRef {
+                data: bv,
+                rs: brs,
+                cs: bcs,
+            }),
         };
-        let rb = row_block(m, 1);
-        yv.par_chunks_mut(rb * n)
-            .enumerate()
-            .try_for_each(|(r, rows)| {
-                let r0 = r * rb;
-                let mr = rows.len() / n;
-                let a_rows = MatRef {
-                    data: av.get(r0 * ars..).unwrap_or(&[]),
-                    rs: ars,
-                    cs: acs,
-                };
-                let c = MatMut {
-                    data: rows,
-                    rs: n,
-                    cs: 1,
-                };
-                let beta = if use_c { 1.0 } else { 0.0 };
-                self.gemm
-                    .sgemm(mr, k, n, self.op.alpha, a_rows, b_mat, beta, c)
-            })
+        let c = MatMut {
+            data: yv,
+            rs: n,
+            cs: 1,
+        };
+        let epi = Epilogue {
+            bias,
+            activation: self.activation(),
+        };
+        self.gemm.gemm(
+            m,
+            k,
+            n,
+            self.op.alpha,
+            a_mat,
+            b_mat,
+            accumulate,
+            c,
+            &epi,
+            true,
+        )
     }
 
     fn name(&self) -> &str {

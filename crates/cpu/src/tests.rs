@@ -1,10 +1,11 @@
 //! Every optimised kernel against the core reference over many shapes.
 
-use crate::CpuKernels;
+use crate::{CpuKernels, Sgemm};
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
 use ferrolite_core::ops::linalg::gemm::Gemm;
 use ferrolite_core::ops::linalg::matmul::MatMul;
+use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::{KernelProvider, KernelRequest};
 use ferrolite_core::{DType, InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
 use std::sync::Arc;
@@ -30,6 +31,37 @@ impl Lcg {
 /// Runs `op` through the CPU provider (constants where `constant[i]`) and the reference;
 /// returns the kernel name. Panics when no kernel is offered or the results differ.
 fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
+    let name = check_with(CpuKernels::default(), op.clone(), inputs, constant);
+    let portable = check_with(
+        CpuKernels::with_gemm(Sgemm::portable()),
+        op,
+        inputs,
+        constant,
+    );
+    assert_eq!(name, portable);
+    name
+}
+
+/// The activations a fused epilogue can carry (cycled through by the tests).
+const ACTS: [Option<Activation>; 7] = [
+    None,
+    Some(Activation::Relu),
+    Some(Activation::Clip { min: 0.0, max: 6.0 }),
+    Some(Activation::LeakyRelu { alpha: 0.1 }),
+    Some(Activation::HardSigmoid {
+        alpha: 0.2,
+        beta: 0.5,
+    }),
+    Some(Activation::HardSwish),
+    Some(Activation::Sigmoid),
+];
+
+fn check_with(
+    provider: CpuKernels,
+    op: Arc<dyn Op>,
+    inputs: &[Option<Tensor>],
+    constant: &[bool],
+) -> String {
     let infer_inputs: Vec<Option<InferInput>> = inputs
         .iter()
         .enumerate()
@@ -57,7 +89,7 @@ fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> Strin
         inputs: &infer_inputs,
         outputs: &outputs,
     };
-    let kernel = CpuKernels::default()
+    let kernel = provider
         .kernel(&req)
         .unwrap()
         .unwrap_or_else(|| panic!("no kernel for {op:?}"));
@@ -208,6 +240,70 @@ fn conv_cases() -> Vec<ConvCase> {
             bias: true,
             ..cc(&[1, 32, 60, 60], &[7, 32, 1, 1])
         },
+        // Depthwise 3x3 stride 1 and 2, 5x5, dilated, asymmetric pads, odd widths.
+        ConvCase {
+            group: 5,
+            pads: Some(&[1, 1, 1, 1]),
+            bias: true,
+            ..cc(&[2, 5, 13, 19], &[5, 1, 3, 3])
+        },
+        ConvCase {
+            group: 6,
+            strides: Some(&[2, 2]),
+            pads: Some(&[1, 1, 1, 1]),
+            ..cc(&[1, 6, 15, 22], &[6, 1, 3, 3])
+        },
+        ConvCase {
+            group: 4,
+            strides: Some(&[2, 2]),
+            pads: Some(&[0, 0, 1, 1]),
+            bias: true,
+            ..cc(&[1, 4, 16, 16], &[4, 1, 3, 3])
+        },
+        ConvCase {
+            group: 3,
+            pads: Some(&[2, 2, 2, 2]),
+            bias: true,
+            ..cc(&[1, 3, 9, 37], &[3, 1, 5, 5])
+        },
+        ConvCase {
+            group: 3,
+            strides: Some(&[2, 2]),
+            auto_pad: AutoPad::SameUpper,
+            ..cc(&[1, 3, 11, 10], &[3, 1, 5, 5])
+        },
+        ConvCase {
+            group: 4,
+            dilations: Some(&[2, 3]),
+            pads: Some(&[2, 3, 1, 0]),
+            ..cc(&[1, 4, 12, 14], &[4, 1, 3, 3])
+        },
+        ConvCase {
+            group: 2,
+            strides: Some(&[3, 1]),
+            ..cc(&[1, 2, 10, 8], &[2, 1, 2, 4])
+        },
+        ConvCase {
+            group: 32,
+            pads: Some(&[1, 1, 1, 1]),
+            bias: true,
+            ..cc(&[1, 32, 56, 56], &[32, 1, 3, 3])
+        },
+        // Large GEMMs: k > KC, m > MC, many column blocks, row splits.
+        ConvCase {
+            pads: Some(&[1, 1, 1, 1]),
+            bias: true,
+            ..cc(&[1, 40, 14, 14], &[130, 40, 3, 3])
+        },
+        ConvCase {
+            bias: true,
+            ..cc(&[1, 300, 7, 7], &[200, 300, 1, 1])
+        },
+        ConvCase {
+            strides: Some(&[2, 2]),
+            pads: Some(&[3, 3, 3, 3]),
+            ..cc(&[1, 3, 70, 70], &[16, 3, 7, 7])
+        },
         // 3-D.
         ConvCase {
             strides: Some(&[2, 1, 2]),
@@ -227,6 +323,10 @@ fn conv_cases() -> Vec<ConvCase> {
 }
 
 fn conv_op(c: &ConvCase) -> Arc<dyn Op> {
+    conv_op_act(c, None)
+}
+
+fn conv_op_act(c: &ConvCase, activation: Option<Activation>) -> Arc<dyn Op> {
     Arc::new(Conv {
         params: ConvParams {
             kernel_shape: None,
@@ -236,7 +336,7 @@ fn conv_op(c: &ConvCase) -> Arc<dyn Op> {
             auto_pad: c.auto_pad,
         },
         group: c.group,
-        activation: None,
+        activation,
     })
 }
 
@@ -260,7 +360,31 @@ fn conv_matches_reference() {
         });
     }
     assert!(names.iter().any(|n| n == "cpu.conv.pointwise"));
+    assert!(names.iter().any(|n| n == "cpu.conv.depthwise"));
     assert!(names.iter().any(|n| n == "cpu.conv.im2col"));
+}
+
+#[test]
+fn conv_activations_match_reference() {
+    let mut rng = Lcg(5);
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            for (i, c) in conv_cases().iter().enumerate() {
+                let act = ACTS[i % ACTS.len()];
+                let act = if act.is_none() {
+                    ACTS[1 + threads]
+                } else {
+                    act
+                };
+                let ins = vec![
+                    Some(rng.tensor(c.x)),
+                    Some(rng.tensor(c.w)),
+                    Some(rng.tensor(&[c.w[0]])),
+                ];
+                check(conv_op_act(c, act), &ins, &[false, true, true]);
+            }
+        });
+    }
 }
 
 #[test]
@@ -279,6 +403,9 @@ fn matmul_matches_reference() {
         (&[3, 0], &[0, 4]),
         (&[130, 65], &[65, 31]),
         (&[4, 1, 9, 3], &[1, 2, 3, 9]),
+        (&[300, 270], &[270, 70]),
+        (&[3, 50, 64], &[3, 64, 50]),
+        (&[1, 7, 600], &[600, 2100]),
     ];
     for threads in [1, 4] {
         pool(threads).install(|| {
@@ -324,10 +451,11 @@ fn gemm_matches_reference() {
                             beta,
                             trans_a: ta,
                             trans_b: tb,
-                            activation: None,
+                            activation: ACTS[(c.map_or(0, |s| s.len()) + usize::from(ta)) % 7],
                         };
                         let ins = vec![Some(a), Some(b), c.map(|s| rng.tensor(s))];
-                        check(Arc::new(op), &ins, &[false, true, true]);
+                        check(Arc::new(op.clone()), &ins, &[false, true, true]);
+                        check(Arc::new(op), &ins, &[false, false, false]);
                     }
                 }
             }
@@ -370,4 +498,98 @@ fn unsupported_requests_fall_back() {
         outputs: &outputs,
     };
     assert!(CpuKernels::default().kernel(&req).unwrap().is_none());
+}
+
+#[test]
+fn conv_transpose_matches_reference() {
+    use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
+    let mut rng = Lcg(11);
+    type Case = (
+        &'static [usize],
+        &'static [usize],
+        usize,
+        &'static [usize],
+        Option<&'static [usize]>,
+        &'static [usize],
+        Option<&'static [usize]>,
+    );
+    // x, w, group, strides, pads, dilations, output_padding
+    let cases: &[Case] = &[
+        (
+            &[1, 8, 10, 12],
+            &[8, 4, 2, 2],
+            1,
+            &[2, 2],
+            None,
+            &[1, 1],
+            None,
+        ),
+        (
+            &[2, 6, 7, 5],
+            &[6, 3, 3, 3],
+            1,
+            &[2, 2],
+            Some(&[1, 1, 1, 1]),
+            &[1, 1],
+            Some(&[1, 1]),
+        ),
+        (
+            &[1, 4, 5, 6],
+            &[4, 3, 3, 2],
+            2,
+            &[1, 2],
+            Some(&[0, 1, 2, 0]),
+            &[2, 1],
+            None,
+        ),
+        (
+            &[1, 3, 9, 9],
+            &[3, 5, 4, 4],
+            1,
+            &[3, 3],
+            Some(&[1, 2, 1, 0]),
+            &[1, 1],
+            None,
+        ),
+        (
+            &[1, 300, 6, 6],
+            &[300, 20, 2, 2],
+            1,
+            &[2, 2],
+            None,
+            &[1, 1],
+            None,
+        ),
+    ];
+    for threads in [1, 3] {
+        pool(threads).install(|| {
+            for (i, &(x, w, group, strides, pads, dil, opad)) in cases.iter().enumerate() {
+                let op = ConvTranspose {
+                    params: ConvParams {
+                        kernel_shape: None,
+                        strides: Some(strides.to_vec()),
+                        dilations: Some(dil.to_vec()),
+                        pads: pads.map(|p| p.to_vec()),
+                        auto_pad: AutoPad::NotSet,
+                    },
+                    group,
+                    activation: ACTS[i % ACTS.len()],
+                    output_padding: opad.map(|p| p.to_vec()),
+                    output_shape: None,
+                };
+                let m = w[1] * group;
+                let ins = vec![
+                    Some(rng.tensor(x)),
+                    Some(rng.tensor(w)),
+                    (i % 2 == 0).then(|| rng.tensor(&[m])),
+                ];
+                let op: Arc<dyn Op> = Arc::new(op);
+                assert_eq!(
+                    check(op.clone(), &ins, &[false, true, true]),
+                    "cpu.conv_transpose"
+                );
+                check(op, &ins, &[false, false, false]);
+            }
+        });
+    }
 }

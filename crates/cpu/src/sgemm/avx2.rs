@@ -1,0 +1,127 @@
+//! The 6x16 AVX2 + FMA microkernel: 12 ymm accumulators, two B loads and one A broadcast per
+//! step; the epilogue (alpha, accumulate, bias, activation) is vectorised for full tiles.
+
+use super::{store_scalar, TileEpi, MR, NR};
+use ferrolite_core::ops::nn::activation::Activation;
+use std::arch::x86_64::*;
+
+/// Vectorised activation; `None` for those done per element (Sigmoid).
+#[inline(always)]
+unsafe fn act8(act: Activation, v: __m256) -> Option<__m256> {
+    // SAFETY: only called from the avx2+fma kernel below.
+    unsafe {
+        let zero = _mm256_setzero_ps();
+        Some(match act {
+            Activation::Relu => _mm256_max_ps(v, zero),
+            Activation::Clip { min, max } => {
+                _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(min)), _mm256_set1_ps(max))
+            }
+            Activation::LeakyRelu { alpha } => {
+                let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
+                _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(alpha)), neg)
+            }
+            Activation::HardSigmoid { alpha, beta } => {
+                let t = _mm256_fmadd_ps(v, _mm256_set1_ps(alpha), _mm256_set1_ps(beta));
+                _mm256_min_ps(_mm256_max_ps(t, zero), _mm256_set1_ps(1.0))
+            }
+            Activation::HardSwish => {
+                let t = _mm256_add_ps(_mm256_div_ps(v, _mm256_set1_ps(6.0)), _mm256_set1_ps(0.5));
+                let t = _mm256_min_ps(_mm256_max_ps(t, zero), _mm256_set1_ps(1.0));
+                _mm256_mul_ps(v, t)
+            }
+            Activation::Sigmoid => return None,
+        })
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` and `b` `kc * NR` floats; `c`
+/// must be valid for reads and writes of the `mr x nr` tile with row stride `rsc`, accessed by
+/// no one else meanwhile.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn kernel(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    rsc: usize,
+    mr: usize,
+    nr: usize,
+    e: &TileEpi,
+) {
+    // SAFETY: the loads stay within the kc steps of each panel; stores within the tile.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let (mut ap, mut bp) = (a, b);
+        for _ in 0..kc {
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(i));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+            ap = ap.add(MR);
+            bp = bp.add(NR);
+        }
+        if nr < NR {
+            let mut t = [[0.0f32; NR]; MR];
+            for (row, acc) in t.iter_mut().zip(&acc) {
+                _mm256_storeu_ps(row.as_mut_ptr(), acc[0]);
+                _mm256_storeu_ps(row.as_mut_ptr().add(8), acc[1]);
+            }
+            store_scalar(&t, c, rsc, mr, nr, e);
+            return;
+        }
+        let alpha = _mm256_set1_ps(e.alpha);
+        let scale = e.alpha != 1.0;
+        let col_bias = e.last && e.col_bias.len() >= NR;
+        let (cb0, cb1) = if col_bias {
+            (
+                _mm256_loadu_ps(e.col_bias.as_ptr()),
+                _mm256_loadu_ps(e.col_bias.as_ptr().add(8)),
+            )
+        } else {
+            (_mm256_setzero_ps(), _mm256_setzero_ps())
+        };
+        // Full-width rows (mr may be short: only its rows are stored).
+        for (i, acc) in acc.iter().enumerate().take(mr) {
+            let p = c.add(i * rsc);
+            let (mut v0, mut v1) = (acc[0], acc[1]);
+            if scale {
+                v0 = _mm256_mul_ps(v0, alpha);
+                v1 = _mm256_mul_ps(v1, alpha);
+            }
+            if e.accumulate {
+                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(p));
+                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(p.add(8)));
+            }
+            let mut scalar_act = None;
+            if e.last {
+                if let Some(&rb) = e.row_bias.get(i) {
+                    let rb = _mm256_set1_ps(rb);
+                    v0 = _mm256_add_ps(v0, rb);
+                    v1 = _mm256_add_ps(v1, rb);
+                }
+                if col_bias {
+                    v0 = _mm256_add_ps(v0, cb0);
+                    v1 = _mm256_add_ps(v1, cb1);
+                }
+                if let Some(act) = e.act {
+                    match (act8(act, v0), act8(act, v1)) {
+                        (Some(a0), Some(a1)) => (v0, v1) = (a0, a1),
+                        _ => scalar_act = Some(act),
+                    }
+                }
+            }
+            _mm256_storeu_ps(p, v0);
+            _mm256_storeu_ps(p.add(8), v1);
+            if let Some(act) = scalar_act {
+                for j in 0..NR {
+                    *p.add(j) = act.apply(*p.add(j));
+                }
+            }
+        }
+    }
+}

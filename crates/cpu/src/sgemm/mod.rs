@@ -1,0 +1,449 @@
+//! Packed, cache-blocked single-precision GEMM with a fused epilogue.
+//!
+//! `C[m, n] (+)= alpha * A[m, k] * B[k, n]`, then (on the last k block) a per-row or
+//! per-column bias and an activation, applied while the microkernel's tile is stored.
+//! A is packed into panels of [`MR`] rows, B into panels of [`NR`] columns (BLIS layout);
+//! constant operands are packed once ([`pack_full`]) in a layout the driver reads in place.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+use ferrolite_core::ops::nn::activation::Activation;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+/// Rows of the microkernel tile.
+pub const MR: usize = 6;
+/// Columns of the microkernel tile.
+pub const NR: usize = 16;
+/// Depth of a packed block (A panel and B panel share it).
+pub const KC: usize = 256;
+/// Rows of A packed at a time (a multiple of MR; about 120 KB of L2).
+const MC: usize = 120;
+/// Columns of B packed at a time (a multiple of NR).
+const NC: usize = 512;
+
+/// The microkernel implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, any architecture.
+    Portable,
+    /// AVX2 + FMA intrinsics (x86-64, detected at run time).
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+}
+
+impl Isa {
+    /// The best microkernel this CPU supports (detected once).
+    pub fn detect() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Isa::Avx2Fma;
+            }
+            Isa::Portable
+        })
+    }
+}
+
+/// What the microkernel does when storing a tile.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TileEpi<'a> {
+    pub alpha: f32,
+    /// Add the tile to C's current contents (later k blocks, or a prefilled C).
+    pub accumulate: bool,
+    /// The last k block: apply bias and activation.
+    pub last: bool,
+    /// Bias of the tile's rows (empty when none; else at least `mr` long).
+    pub row_bias: &'a [f32],
+    /// Bias of the tile's columns (empty when none; else at least `nr` long).
+    pub col_bias: &'a [f32],
+    pub act: Option<Activation>,
+}
+
+/// Stores an accumulator tile through the epilogue, element by element.
+///
+/// # Safety
+/// `c` must be valid for reads and writes of the `mr x nr` tile with row stride `rsc`, and
+/// no other thread may access that tile meanwhile.
+pub(crate) unsafe fn store_scalar(
+    acc: &[[f32; NR]; MR],
+    c: *mut f32,
+    rsc: usize,
+    mr: usize,
+    nr: usize,
+    e: &TileEpi,
+) {
+    for (i, row) in acc.iter().enumerate().take(mr) {
+        for (j, &a) in row.iter().enumerate().take(nr) {
+            // SAFETY: (i, j) lies in the tile the caller vouches for.
+            let p = unsafe { c.add(i * rsc + j) };
+            let mut v = a * e.alpha;
+            if e.accumulate {
+                // SAFETY: as above.
+                v += unsafe { *p };
+            }
+            if e.last {
+                if let Some(b) = e.row_bias.get(i) {
+                    v += b;
+                }
+                if let Some(b) = e.col_bias.get(j) {
+                    v += b;
+                }
+                if let Some(act) = e.act {
+                    v = act.apply(v);
+                }
+            }
+            // SAFETY: as above.
+            unsafe { *p = v };
+        }
+    }
+}
+
+/// The portable microkernel: `kc` steps over packed panels `a` (`kc * MR`) and `b` (`kc * NR`).
+///
+/// # Safety
+/// As [`store_scalar`] for `c`.
+unsafe fn kernel_portable(
+    a: &[f32],
+    b: &[f32],
+    c: *mut f32,
+    rsc: usize,
+    mr: usize,
+    nr: usize,
+    e: &TileEpi,
+) {
+    let mut acc = [[0.0f32; NR]; MR];
+    for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        for (row, &av) in acc.iter_mut().zip(ap) {
+            for (x, &bv) in row.iter_mut().zip(bp) {
+                *x += av * bv;
+            }
+        }
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { store_scalar(&acc, c, rsc, mr, nr, e) }
+}
+
+/// A GEMM operand: strided (packed on the fly) or prepacked by [`pack_full`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Src<'a> {
+    /// Element `(i, j)` at `data[i * rs + j * cs]`.
+    Strided {
+        data: &'a [f32],
+        rs: usize,
+        cs: usize,
+    },
+    Packed(&'a [f32]),
+}
+
+/// Packs `wn` (<= `w`) lines of width stride `ws`, depth `k0..k0 + kc` with stride `ks`, into
+/// `dst[p * w + t]` (zero for `t >= wn`).
+#[allow(clippy::too_many_arguments)]
+fn pack_panel(
+    data: &[f32],
+    ws: usize,
+    ks: usize,
+    w0: usize,
+    wn: usize,
+    w: usize,
+    k0: usize,
+    kc: usize,
+    dst: &mut [f32],
+) {
+    let dst = &mut dst[..kc * w];
+    if ws == 1 && wn == NR && w == NR {
+        // The common full B panel: fixed-size copies compile to vector moves.
+        for (p, d) in dst.chunks_exact_mut(NR).enumerate() {
+            let s = (k0 + p) * ks + w0;
+            let src: &[f32; NR] = data[s..s + NR].try_into().expect("NR values");
+            d.copy_from_slice(src);
+        }
+    } else if ws == 1 {
+        for (p, d) in dst.chunks_exact_mut(w).enumerate() {
+            let s = (k0 + p) * ks + w0;
+            d[..wn].copy_from_slice(&data[s..s + wn]);
+            d[wn..].fill(0.0);
+        }
+    } else {
+        if wn < w {
+            dst.fill(0.0);
+        }
+        for t in 0..wn {
+            let base = (w0 + t) * ws + k0 * ks;
+            if ks == 1 {
+                for (p, &v) in data[base..base + kc].iter().enumerate() {
+                    dst[p * w + t] = v;
+                }
+            } else {
+                for p in 0..kc {
+                    dst[p * w + t] = data[base + p * ks];
+                }
+            }
+        }
+    }
+}
+
+/// Packs a whole `lines x depth` operand (line `t`, depth `p` at `data[t * ws + p * ks]`) in
+/// the driver's prepacked layout: per KC block, per panel of `w` lines, `kc * w` values.
+pub(crate) fn pack_full(
+    data: &[f32],
+    ws: usize,
+    ks: usize,
+    lines: usize,
+    depth: usize,
+    w: usize,
+) -> Vec<f32> {
+    let panels = lines.div_ceil(w);
+    let mut out = vec![0.0f32; panels * w * depth];
+    for pc in (0..depth).step_by(KC) {
+        let kc = KC.min(depth - pc);
+        for ip in 0..panels {
+            let off = pc * panels * w + ip * kc * w;
+            let wn = w.min(lines - ip * w);
+            pack_panel(data, ws, ks, ip * w, wn, w, pc, kc, &mut out[off..]);
+        }
+    }
+    out
+}
+
+thread_local! {
+    static BUFS: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// A raw pointer that may cross rayon tasks (each task writes a disjoint part).
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub *mut f32);
+impl SendPtr {
+    /// The pointer (a method, so closures capture the whole `SendPtr`, which is `Send`).
+    pub fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: used only to hand disjoint output regions to parallel tasks.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+/// One GEMM problem: operands, sizes and epilogue. Row `i` of C is `c + i * rsc`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Problem<'a> {
+    pub isa: Isa,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f32,
+    pub a: Src<'a>,
+    pub b: Src<'a>,
+    pub accumulate: bool,
+    /// `m` values or empty.
+    pub row_bias: &'a [f32],
+    /// `n` values or empty.
+    pub col_bias: &'a [f32],
+    pub act: Option<Activation>,
+}
+
+impl Problem<'_> {
+    /// Computes rows `m0..m1`, columns `n0..n1` of C. `m0` must be a multiple of MR and `n0`
+    /// of NR (prepacked operands are addressed by panel).
+    ///
+    /// # Safety
+    /// `c` must be valid for reads and writes of the `m x n` matrix with row stride `rsc`
+    /// (columns contiguous), and nothing else may access the given block meanwhile. Strided
+    /// operands must fit their slices and packed ones hold `pack_full`'s layout for `m x k`
+    /// (A) and `k x n` (B); the safe entry points check this.
+    pub unsafe fn run_block(
+        &self,
+        c: *mut f32,
+        rsc: usize,
+        m0: usize,
+        m1: usize,
+        n0: usize,
+        n1: usize,
+    ) {
+        if m0 >= m1 || n0 >= n1 {
+            return;
+        }
+        if self.k == 0 {
+            let zero = [[0.0f32; NR]; MR];
+            for i in (m0..m1).step_by(MR) {
+                for j in (n0..n1).step_by(NR) {
+                    let (mr, nr) = (MR.min(m1 - i), NR.min(n1 - j));
+                    let e = self.epi(i, j, true, true);
+                    let e = TileEpi { alpha: 0.0, ..e };
+                    // SAFETY: the tile lies in the block the caller vouches for.
+                    unsafe { store_scalar(&zero, c.add(i * rsc + j), rsc, mr, nr, &e) };
+                }
+            }
+            return;
+        }
+        BUFS.with(|bufs| {
+            let mut bufs = bufs.borrow_mut();
+            let (abuf, bbuf) = &mut *bufs;
+            let (mp, np) = (self.m.div_ceil(MR), self.n.div_ceil(NR));
+            for jc in (n0..n1).step_by(NC) {
+                let nc = NC.min(n1 - jc);
+                let npan = nc.div_ceil(NR);
+                for pc in (0..self.k).step_by(KC) {
+                    let kc = KC.min(self.k - pc);
+                    let bp: &[f32] = match self.b {
+                        Src::Packed(d) => {
+                            &d[pc * np * NR + (jc / NR) * kc * NR..][..npan * kc * NR]
+                        }
+                        Src::Strided { data, rs, cs: 1 } if nc >= NR => {
+                            // Row-major B: read each row sequentially across all panels.
+                            bbuf.resize(npan * kc * NR, 0.0);
+                            let full = nc / NR;
+                            for p in 0..kc {
+                                let row = &data[(pc + p) * rs + jc..][..nc];
+                                for (jp, src) in row.chunks_exact(NR).enumerate() {
+                                    let src: &[f32; NR] = src.try_into().expect("NR values");
+                                    bbuf[jp * kc * NR + p * NR..][..NR].copy_from_slice(src);
+                                }
+                                if full < npan {
+                                    let d = &mut bbuf[full * kc * NR + p * NR..][..NR];
+                                    let rest = &row[full * NR..];
+                                    d[..rest.len()].copy_from_slice(rest);
+                                    d[rest.len()..].fill(0.0);
+                                }
+                            }
+                            bbuf
+                        }
+                        Src::Strided { data, rs, cs } => {
+                            bbuf.resize(npan * kc * NR, 0.0);
+                            for jp in 0..npan {
+                                let j = jc + jp * NR;
+                                let dst = &mut bbuf[jp * kc * NR..];
+                                pack_panel(data, cs, rs, j, NR.min(n1 - j), NR, pc, kc, dst);
+                            }
+                            bbuf
+                        }
+                    };
+                    let first = pc == 0;
+                    let last = pc + kc == self.k;
+                    for ic in (m0..m1).step_by(MC) {
+                        let mc = MC.min(m1 - ic);
+                        let mpan = mc.div_ceil(MR);
+                        let ap: &[f32] = match self.a {
+                            Src::Packed(d) => {
+                                &d[pc * mp * MR + (ic / MR) * kc * MR..][..mpan * kc * MR]
+                            }
+                            Src::Strided { data, rs, cs } => {
+                                abuf.resize(mpan * kc * MR, 0.0);
+                                for ip in 0..mpan {
+                                    let i = ic + ip * MR;
+                                    let dst = &mut abuf[ip * kc * MR..];
+                                    pack_panel(data, rs, cs, i, MR.min(m1 - i), MR, pc, kc, dst);
+                                }
+                                abuf
+                            }
+                        };
+                        for jp in 0..npan {
+                            let j = jc + jp * NR;
+                            let nr = NR.min(n1 - j);
+                            let bpanel = &bp[jp * kc * NR..][..kc * NR];
+                            for ip in 0..mpan {
+                                let i = ic + ip * MR;
+                                let mr = MR.min(m1 - i);
+                                let apanel = &ap[ip * kc * MR..][..kc * MR];
+                                let e = self.epi(i, j, first, last);
+                                // SAFETY: the tile (i.., j..) of mr x nr lies in the block the
+                                // caller vouches for; panels hold kc steps.
+                                unsafe {
+                                    let ct = c.add(i * rsc + j);
+                                    self.kernel(apanel, bpanel, ct, rsc, mr, nr, &e)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    fn epi(&self, i: usize, j: usize, first: bool, last: bool) -> TileEpi<'_> {
+        TileEpi {
+            alpha: self.alpha,
+            accumulate: self.accumulate || !first,
+            last,
+            row_bias: self.row_bias.get(i..).unwrap_or(&[]),
+            col_bias: self.col_bias.get(j..).unwrap_or(&[]),
+            act: self.act,
+        }
+    }
+
+    /// # Safety
+    /// As [`store_scalar`] for `c`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn kernel(
+        &self,
+        a: &[f32],
+        b: &[f32],
+        c: *mut f32,
+        rsc: usize,
+        mr: usize,
+        nr: usize,
+        e: &TileEpi,
+    ) {
+        match self.isa {
+            // SAFETY: forwarded from the caller.
+            Isa::Portable => unsafe { kernel_portable(a, b, c, rsc, mr, nr, e) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Avx2Fma is only chosen when the CPU has both features; panels hold
+            // kc = a.len() / MR steps; c as the caller vouches.
+            Isa::Avx2Fma => unsafe {
+                avx2::kernel(a.len() / MR, a.as_ptr(), b.as_ptr(), c, rsc, mr, nr, e)
+            },
+        }
+    }
+
+    /// Computes all of C, split over rayon tasks when `parallel` and the problem is large.
+    ///
+    /// # Safety
+    /// As [`Problem::run_block`] for the whole matrix.
+    pub unsafe fn run(&self, c: *mut f32, rsc: usize, parallel: bool) {
+        let threads = if parallel {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let flops = 2 * self.m * self.n * self.k.max(1);
+        let tasks = threads.min(flops / (1 << 20)).max(1);
+        if tasks <= 1 {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.run_block(c, rsc, 0, self.m, 0, self.n) };
+            return;
+        }
+        let cp = SendPtr(c);
+        let split_n = self.n.div_ceil(NR) >= self.m.div_ceil(MR) || self.m < 2 * MR;
+        let (len, unit) = if split_n { (self.n, NR) } else { (self.m, MR) };
+        let chunk = len.div_ceil(tasks).div_ceil(unit) * unit;
+        use rayon::prelude::*;
+        (0..len.div_ceil(chunk)).into_par_iter().for_each(|t| {
+            let (s, e) = (t * chunk, ((t + 1) * chunk).min(len));
+            // SAFETY: tasks compute disjoint row or column ranges of the matrix the caller
+            // vouches for.
+            unsafe {
+                if split_n {
+                    self.run_block(cp.get(), rsc, 0, self.m, s, e)
+                } else {
+                    self.run_block(cp.get(), rsc, s, e, 0, self.n)
+                }
+            }
+        });
+    }
+}
+
+/// Applies an activation to a slice, with the match outside the loop so it vectorises.
+#[inline(always)]
+pub(crate) fn activate(act: Option<Activation>, xs: &mut [f32]) {
+    match act {
+        None => {}
+        Some(Activation::Relu) => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
+        Some(Activation::Clip { min, max }) => xs.iter_mut().for_each(|x| *x = x.max(min).min(max)),
+        Some(a) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+    }
+}
