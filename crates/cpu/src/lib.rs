@@ -5,6 +5,7 @@
 //! thread pool, which sets the thread count.
 
 pub mod conv;
+pub mod fully_connected;
 pub mod gemm;
 pub mod matmul;
 
@@ -12,10 +13,12 @@ pub mod matmul;
 mod tests;
 
 use ferrolite_core::ops::linalg::conv::Conv;
+use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
 use ferrolite_core::ops::linalg::gemm::Gemm as GemmOp;
 use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
 use ferrolite_core::{DType, Result};
+use fully_connected::{FullyConnectedKernel, WithActivation};
 use gemm::{Gemm, MatrixMultiply};
 use std::sync::Arc;
 
@@ -58,18 +61,31 @@ impl CpuKernels {
             }
             let w_value = req.inputs.get(1)?.as_ref()?.value;
             let k = conv::ConvKernel::new(self.gemm.clone(), s, x, w, w_value).ok()??;
-            return Some(Box::new(k));
+            // ConvKernel has no epilogue of its own yet.
+            return Some(WithActivation::wrap(Box::new(k), c.activation));
         }
         if op.downcast_ref::<MatMul>().is_some() {
             let k = matmul::MatMulKernel::new(self.gemm.clone(), shape(0)?, shape(1)?).ok()?;
             return Some(Box::new(k));
         }
         if let Some(g) = op.downcast_ref::<GemmOp>() {
-            let k = matmul::GemmKernel::new(
+            let plain = GemmOp {
+                activation: None,
+                ..g.clone()
+            };
+            let k =
+                matmul::GemmKernel::new(self.gemm.clone(), plain, shape(0)?, shape(1)?, shape(2))
+                    .ok()?;
+            return Some(WithActivation::wrap(Box::new(k), g.activation));
+        }
+        if let Some(fc) = op.downcast_ref::<FullyConnected>() {
+            let w_value = req.inputs.get(1)?.as_ref()?.value;
+            let k = FullyConnectedKernel::new(
                 self.gemm.clone(),
-                g.clone(),
+                fc.activation,
                 shape(0)?,
                 shape(1)?,
+                w_value,
                 shape(2),
             )
             .ok()?;
