@@ -142,6 +142,7 @@ fn fusion_passes_keep_zoo_outputs() {
         ("fuse-matmul-add", "bert_mini"),
         ("fuse-matmul-add", "mobilenet_v3_small"),
         ("fold-transpose", "bert_mini"),
+        ("remove-neutral", "bert_mini"),
     ];
     for (pass, name) in cases {
         let case = dir.join("cases").join(name);

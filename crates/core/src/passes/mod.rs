@@ -12,6 +12,7 @@ mod fuse_gelu;
 mod fuse_hard_swish;
 mod fuse_layer_norm;
 mod fuse_matmul_add;
+mod remove_neutral;
 mod rewrite;
 #[cfg(test)]
 mod testutil;
@@ -24,6 +25,7 @@ pub use fuse_gelu::FuseGelu;
 pub use fuse_hard_swish::FuseHardSwish;
 pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
+pub use remove_neutral::RemoveNeutral;
 
 use crate::infer::infer_graph;
 use crate::{Error, Graph, Result, TensorInfo, ValueId};
@@ -113,6 +115,7 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(RemoveIdentity),
         Box::new(DeadCode),
+        Box::new(RemoveNeutral),
         Box::new(FoldConvBatchNorm),
         // Before fuse-activation, so that Conv + Add + Relu becomes one Conv.
         Box::new(FuseConvAddBias),
