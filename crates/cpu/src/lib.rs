@@ -9,6 +9,7 @@ pub mod conv_transpose;
 pub mod depthwise;
 mod elementwise;
 mod fast;
+pub mod fully_connected;
 pub mod gemm;
 mod math;
 pub mod matmul;
@@ -28,10 +29,12 @@ mod tests;
 
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
+use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
 use ferrolite_core::ops::linalg::gemm::Gemm as GemmOp;
 use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
 use ferrolite_core::{DType, Result};
+use fully_connected::FullyConnectedKernel;
 pub use gemm::Sgemm;
 
 /// The CPU kernel provider.
@@ -90,6 +93,19 @@ impl CpuKernels {
                 shape(1)?,
                 shape(2),
                 req.inputs.get(1)?.as_ref()?.value,
+            )
+            .ok()?;
+            return Some(Box::new(k));
+        }
+        if let Some(fc) = op.downcast_ref::<FullyConnected>() {
+            let w_value = req.inputs.get(1)?.as_ref()?.value;
+            let k = FullyConnectedKernel::new(
+                self.gemm,
+                fc.activation,
+                shape(0)?,
+                shape(1)?,
+                w_value,
+                shape(2),
             )
             .ok()?;
             return Some(Box::new(k));

@@ -124,3 +124,64 @@ fn wrong_inputs_are_typed_errors() {
     let out = session.run(&[("x", good)]).unwrap();
     assert_eq!(out.0[0].1.shape(), &[1, 1000]);
 }
+
+/// Every fusion pass on zoo cases that contain its pattern: with the pass, the optimised graph
+/// is smaller, and the outputs equal those of the session with the pass disabled.
+#[test]
+fn fusion_passes_keep_zoo_outputs() {
+    let Some(dir) = models_dir() else { return };
+    let cases = [
+        ("fuse-conv-add-bias", "squeezenet1_1"),
+        ("fuse-conv-add-bias", "mobilenet_v3_small"),
+        ("fuse-activation", "squeezenet1_1"),
+        ("fuse-activation", "mobilenet_v2"),
+        ("fuse-hard-swish", "mobilenet_v3_small"),
+        ("fuse-hard-swish", "ppocr_mobile_v2_cls"),
+        ("fuse-gelu", "bert_mini"),
+        ("fuse-layer-norm", "bert_mini"),
+        ("fuse-matmul-add", "bert_mini"),
+        ("fuse-matmul-add", "mobilenet_v3_small"),
+        ("fold-transpose", "bert_mini"),
+        ("remove-neutral", "bert_mini"),
+    ];
+    for (pass, name) in cases {
+        let case = dir.join("cases").join(name);
+        let inputs = load_set(&case.join("test_data_set_0"), "input");
+        let named: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
+        let mut results = Vec::new();
+        let mut sizes = Vec::new();
+        for disabled in [vec![], vec![pass.to_string()]] {
+            let options = SessionOptions {
+                threads: 1,
+                disabled_passes: disabled,
+                ..Default::default()
+            };
+            let session = Session::from_path(case.join("model.onnx"), options).unwrap();
+            sizes.push(session.prerun(&shapes).unwrap().graph.nodes.len());
+            results.push(session.run(&named).unwrap().into_vec());
+        }
+        assert!(
+            sizes[0] < sizes[1],
+            "{pass} does not fire on {name}: {} vs {} nodes",
+            sizes[0],
+            sizes[1]
+        );
+        for ((n, fused), (_, plain)) in results[0].iter().zip(&results[1]) {
+            assert_eq!(fused.shape(), plain.shape());
+            let mut worst = 0.0f64;
+            for (x, y) in fused.to_f64_vec().iter().zip(plain.to_f64_vec()) {
+                let d = (x - y).abs();
+                assert!(
+                    d <= 1e-4 + 1e-4 * y.abs(),
+                    "{pass} on {name}: output {n} differs: {x} vs {y}"
+                );
+                worst = worst.max(d);
+            }
+            eprintln!("{pass} on {name}: {n} max abs diff {worst:.2e}");
+        }
+    }
+}

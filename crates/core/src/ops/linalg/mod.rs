@@ -4,6 +4,7 @@ pub mod conv;
 pub mod conv_geometry;
 pub mod conv_transpose;
 pub mod einsum;
+pub mod fully_connected;
 pub mod gemm;
 pub mod matmul;
 
