@@ -5,7 +5,9 @@
 //! which each operand is either a vector or a scalar; the inner loops are plain slice zips that
 //! autovectorise.
 
-use crate::fast::{f32_shape, for_chunks, input, output, try_for_chunks};
+use crate::fast::{
+    f32_shape, for_chunks, in_place_steps, input, output, try_for_chunks, IN_PLACE_STEP,
+};
 use crate::math;
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::clip::Clip;
@@ -277,6 +279,11 @@ impl BinaryKernel {
     }
 
     /// Offsets of outer row `r` in A and B.
+    /// Whether A has the output's shape (so the output can take A's buffer).
+    fn a_is_output_shape(&self) -> bool {
+        self.a_shape.iter().product::<usize>() == self.numel
+    }
+
     fn row_offsets(&self, mut r: usize) -> (usize, usize) {
         let (mut oa, mut ob) = (0, 0);
         for d in (0..self.dims.len()).rev() {
@@ -289,7 +296,7 @@ impl BinaryKernel {
     }
 }
 
-fn src(v: &[f32], off: usize, vector: usize, len: usize) -> OpResult<Src<'_>> {
+fn src_of(v: &[f32], off: usize, vector: usize, len: usize) -> OpResult<Src<'_>> {
     let s = if vector == 1 {
         v.get(off..off + len).map(Src::V)
     } else {
@@ -300,12 +307,40 @@ fn src(v: &[f32], off: usize, vector: usize, len: usize) -> OpResult<Src<'_>> {
 
 impl Kernel for BinaryKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
-        let a = input(inputs, 0, &self.a_shape)?;
         let b = input(inputs, 1, &self.b_shape)?;
         let y = output(outputs, 0, self.numel)?;
         if self.numel == 0 {
             return Ok(());
         }
+        if inputs.first().copied().flatten().is_none() && self.a_is_output_shape() {
+            // In place over A, which has the output's shape: A's element i is y[i].
+            let inner = self.inner;
+            let work = if self.op == BinOp::Pow { 8 } else { 1 };
+            return try_for_chunks(y, IN_PLACE_STEP, work, |start, chunk| {
+                let mut result = Ok(());
+                in_place_steps(chunk, |off, src, dst| {
+                    let (mut pos, end) = (start + off, start + off + dst.len());
+                    while pos < end && result.is_ok() {
+                        let (r, c) = (pos / inner, pos % inner);
+                        let len = (inner - c).min(end - pos);
+                        let (_, ob) = self.row_offsets(r);
+                        let at = pos - start - off;
+                        match src_of(b, ob + c * self.ib, self.ib, len) {
+                            Ok(sb) => run_row(
+                                self.op,
+                                Src::V(&src[at..at + len]),
+                                sb,
+                                &mut dst[at..at + len],
+                            ),
+                            Err(e) => result = Err(e),
+                        }
+                        pos += len;
+                    }
+                });
+                result
+            });
+        }
+        let a = input(inputs, 0, &self.a_shape)?;
         let inner = self.inner;
         let work = if self.op == BinOp::Pow { 8 } else { 1 };
         try_for_chunks(y, 1, work, |start, chunk| {
@@ -315,8 +350,8 @@ impl Kernel for BinaryKernel {
                 let (r, c) = (pos / inner, pos % inner);
                 let len = (inner - c).min(end - pos);
                 let (oa, ob) = self.row_offsets(r);
-                let sa = src(a, oa + c * self.ia, self.ia, len)?;
-                let sb = src(b, ob + c * self.ib, self.ib, len)?;
+                let sa = src_of(a, oa + c * self.ia, self.ia, len)?;
+                let sb = src_of(b, ob + c * self.ib, self.ib, len)?;
                 run_row(self.op, sa, sb, &mut chunk[pos - start..pos - start + len]);
                 pos += len;
             }
@@ -326,6 +361,10 @@ impl Kernel for BinaryKernel {
 
     fn name(&self) -> &str {
         "cpu.binary"
+    }
+
+    fn in_place_input(&self) -> Option<usize> {
+        self.a_is_output_shape().then_some(0)
     }
 }
 
@@ -439,6 +478,14 @@ struct UnaryKernel {
 
 impl Kernel for UnaryKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        if inputs.first().copied().flatten().is_none() {
+            // In place: the output holds the input.
+            let y = output(outputs, 0, self.shape.iter().product())?;
+            for_chunks(y, IN_PLACE_STEP, self.f.work(), |_, c| {
+                in_place_steps(c, |_, src, dst| apply_unary(self.f, src, dst))
+            });
+            return Ok(());
+        }
         let x = input(inputs, 0, &self.shape)?;
         let y = output(outputs, 0, x.len())?;
         for_chunks(y, 1, self.f.work(), |s, c| {
@@ -449,6 +496,10 @@ impl Kernel for UnaryKernel {
 
     fn name(&self) -> &str {
         "cpu.unary"
+    }
+
+    fn in_place_input(&self) -> Option<usize> {
+        Some(0)
     }
 }
 
@@ -512,9 +563,17 @@ fn bound(inputs: &[Option<&Tensor>], i: usize, attr: Option<f32>) -> OpResult<Op
 
 impl Kernel for ClipKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
-        let x = input(inputs, 0, &self.shape)?;
         let lo = bound(inputs, 1, self.min)?.unwrap_or(f32::NEG_INFINITY);
         let hi = bound(inputs, 2, self.max)?.unwrap_or(f32::INFINITY);
+        if inputs.first().copied().flatten().is_none() {
+            // In place: the output holds the input.
+            let y = output(outputs, 0, self.shape.iter().product())?;
+            for_chunks(y, IN_PLACE_STEP, 1, |_, c| {
+                in_place_steps(c, |_, src, dst| clip(lo, hi, src, dst))
+            });
+            return Ok(());
+        }
+        let x = input(inputs, 0, &self.shape)?;
         let y = output(outputs, 0, x.len())?;
         for_chunks(y, 1, 1, |s, c| clip(lo, hi, &x[s..s + c.len()], c));
         Ok(())
@@ -522,5 +581,9 @@ impl Kernel for ClipKernel {
 
     fn name(&self) -> &str {
         "cpu.clip"
+    }
+
+    fn in_place_input(&self) -> Option<usize> {
+        Some(0)
     }
 }

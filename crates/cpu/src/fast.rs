@@ -79,6 +79,21 @@ where
         .for_each(|(i, c)| f(i * chunk, c));
 }
 
+/// Elements per step when a kernel runs over its own output (in place).
+pub(crate) const IN_PLACE_STEP: usize = 512;
+
+/// Calls `f(start, src, dst)` over `y` in steps of [`IN_PLACE_STEP`], `src` a copy of the step's
+/// elements: a kernel running in place keeps separate source and destination slices, and the
+/// copy stays in L1.
+pub(crate) fn in_place_steps(y: &mut [f32], mut f: impl FnMut(usize, &[f32], &mut [f32])) {
+    let mut tmp = [0f32; IN_PLACE_STEP];
+    for (k, dst) in y.chunks_mut(IN_PLACE_STEP).enumerate() {
+        let src = &mut tmp[..dst.len()];
+        src.copy_from_slice(dst);
+        f(k * IN_PLACE_STEP, src, dst);
+    }
+}
+
 /// Like [`for_chunks`] but fallible.
 pub(crate) fn try_for_chunks<F>(out: &mut [f32], align: usize, work: usize, f: F) -> OpResult<()>
 where

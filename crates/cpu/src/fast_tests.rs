@@ -105,6 +105,38 @@ fn check_tol(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool], tol:
             }
         }
     }
+    // In place: the input arrives as the output's contents and is absent from `inputs`.
+    if let Some(k) = kernel.in_place_input() {
+        let mut in_place = refs.clone();
+        in_place[k] = None;
+        let source = refs[k].unwrap();
+        for threads in [1, 4] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut outs =
+                vec![
+                    Tensor::from_bytes(source.dtype(), &outputs[0].shape, source.bytes()).unwrap(),
+                ];
+            pool.install(|| kernel.run(&in_place, &mut outs)).unwrap();
+            let (got, want) = (
+                outs[0].as_slice::<f32>().unwrap(),
+                expected[0].as_slice::<f32>().unwrap(),
+            );
+            let scale = want
+                .iter()
+                .filter(|v| v.is_finite())
+                .fold(1.0f32, |m, v| m.max(v.abs()));
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                let ok = (g - w).abs() <= tol * scale || (g.is_nan() && w.is_nan()) || (g == w);
+                assert!(
+                    ok,
+                    "{op:?} {shapes:?} in place t{threads}: element {i}: got {g}, want {w}"
+                );
+            }
+        }
+    }
 }
 
 fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) {
