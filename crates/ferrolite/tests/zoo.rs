@@ -143,6 +143,7 @@ fn fusion_passes_keep_zoo_outputs() {
         ("fuse-matmul-add", "mobilenet_v3_small"),
         ("fold-transpose", "bert_mini"),
         ("remove-neutral", "bert_mini"),
+        ("fold-conv-scale", "ppocrv4_det"),
     ];
     for (pass, name) in cases {
         let case = dir.join("cases").join(name);

@@ -13,7 +13,7 @@ pub struct FuseConvAddBias;
 
 /// Per-channel values of `c` broadcast onto an output of shape `y` (channels on axis 1), or
 /// `None` when `c` varies along another axis.
-fn per_channel(c: &Tensor, y: &[usize]) -> Option<Vec<f32>> {
+pub(super) fn per_channel(c: &Tensor, y: &[usize]) -> Option<Vec<f32>> {
     let m = *y.get(1)?;
     let cs = c.shape();
     if cs.len() > y.len() || c.dtype() != DType::F32 {

@@ -5,6 +5,7 @@
 //! With `FERROLITE_DUMP_GRAPH=DIR` the graph is written to `DIR` after every step.
 
 mod fold_conv_batchnorm;
+mod fold_conv_scale;
 mod fold_transpose;
 mod fuse_activation;
 mod fuse_conv_add_bias;
@@ -18,6 +19,7 @@ mod rewrite;
 mod testutil;
 
 pub use fold_conv_batchnorm::FoldConvBatchNorm;
+pub use fold_conv_scale::FoldConvScale;
 pub use fold_transpose::FoldTranspose;
 pub use fuse_activation::FuseActivation;
 pub use fuse_conv_add_bias::FuseConvAddBias;
@@ -117,6 +119,8 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
         Box::new(DeadCode),
         Box::new(RemoveNeutral),
         Box::new(FoldConvBatchNorm),
+        // Before fuse-conv-add-bias, so that Conv + Mul + Add becomes one Conv.
+        Box::new(FoldConvScale),
         // Before fuse-activation, so that Conv + Add + Relu becomes one Conv.
         Box::new(FuseConvAddBias),
         // Before fuse-activation, which folds the HardSwish they make into its producer.
