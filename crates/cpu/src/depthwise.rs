@@ -42,7 +42,7 @@ const LANES: usize = 8;
 type Lanes = [f32; LANES];
 
 /// Output rows at most this long take the channel-blocked path (measured: it wins up to
-/// 28-wide rows for 3x3 kernels; the row path has no fast form for other kernels).
+/// 28-wide rows for 3x3 stride-1 kernels, and always for strided or non-3x3 ones).
 const BLOCKED_MAX_OW: usize = 32;
 
 #[derive(Debug)]
@@ -112,7 +112,7 @@ impl DepthwiseKernel {
         if hp.checked_mul(lp * sw)?.checked_mul(LANES)? > 1 << 26 {
             return None;
         }
-        let blocked = ow <= BLOCKED_MAX_OW || (kh, kw) != (3, 3);
+        let blocked = ow <= BLOCKED_MAX_OW || (kh, kw) != (3, 3) || sw > 1;
         let taps = kh * kw;
         let packed = match w_value {
             Some(w) if blocked => {
@@ -259,41 +259,88 @@ unsafe fn plane_avx2(
     plane(p, x, w, bias, act, y, buf)
 }
 
-/// `PX` adjacent output pixels of row `oy` starting at column `ox`, written as `[PX][8]`
-/// into `out` (the row's `[ow][8]`). `AVX` fuses the multiply-adds (only where the CPU has
-/// FMA: elsewhere `mul_add` is a slow library call).
+/// Offsets (in floats) of every tap inside the interleaved padded buffer, relative to the
+/// output pixel's origin, and their maximum (bounds the unchecked loads).
+struct Taps {
+    offs: Vec<usize>,
+    max: usize,
+}
+
+impl Taps {
+    fn new(p: &Plane) -> Taps {
+        let offs: Vec<usize> = (0..p.kh)
+            .flat_map(|ky| (0..p.kw).map(move |kx| (ky * p.dh * p.wp + kx * p.dw) * LANES))
+            .collect();
+        let max = offs.iter().copied().max().unwrap_or(0);
+        Taps { offs, max }
+    }
+}
+
+/// `PX` adjacent output pixels whose receptive fields start at `buf[base + px * step]`,
+/// written as `[PX][8]` into `out`. `AVX` runs the FMA intrinsics version.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn blocked_pixels<const PX: usize, const AVX: bool>(
-    p: &Plane,
     buf: &[f32],
+    taps: &Taps,
     w: &[Lanes],
     bias: &Lanes,
-    oy: usize,
-    ox: usize,
+    base: usize,
+    step: usize,
     out: &mut [f32],
 ) {
-    let row_len = p.wp * LANES;
+    #[cfg(target_arch = "x86_64")]
+    if AVX {
+        // SAFETY: AVX is only true in code reached from `blocked_avx2`, which runs only when
+        // the CPU supports AVX2 and FMA.
+        unsafe { blocked_pixels_avx::<PX>(buf, taps, w, bias, base, step, out) };
+        return;
+    }
     let mut acc = [*bias; PX];
-    for ky in 0..p.kh {
-        let row = &buf[(oy * p.sh + ky * p.dh) * row_len..][..row_len];
-        for (kx, wt) in w[ky * p.kw..][..p.kw].iter().enumerate() {
-            for (px, a) in acc.iter_mut().enumerate() {
-                let s = &row[((ox + px) * p.sw + kx * p.dw) * LANES..][..LANES];
-                for l in 0..LANES {
-                    a[l] = if AVX {
-                        s[l].mul_add(wt[l], a[l])
-                    } else {
-                        a[l] + s[l] * wt[l]
-                    };
-                }
+    for (&off, wt) in taps.offs.iter().zip(w) {
+        for (px, a) in acc.iter_mut().enumerate() {
+            let s = &buf[base + px * step + off..][..LANES];
+            for l in 0..LANES {
+                a[l] += s[l] * wt[l];
             }
         }
     }
-    for (o, a) in out[ox * LANES..][..PX * LANES]
-        .chunks_exact_mut(LANES)
-        .zip(&acc)
-    {
+    for (o, a) in out[..PX * LANES].chunks_exact_mut(LANES).zip(&acc) {
         o.copy_from_slice(a);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn blocked_pixels_avx<const PX: usize>(
+    buf: &[f32],
+    taps: &Taps,
+    w: &[Lanes],
+    bias: &Lanes,
+    base: usize,
+    step: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let end = base + (PX - 1) * step + taps.max + LANES;
+    assert!(end <= buf.len() && w.len() >= taps.offs.len() && out.len() >= PX * LANES);
+    // SAFETY: `bias` is a whole [f32; 8].
+    let mut acc = [unsafe { _mm256_loadu_ps(bias.as_ptr()) }; PX];
+    for (&off, wt) in taps.offs.iter().zip(w) {
+        // SAFETY: `wt` is a whole [f32; 8]; every input load reads 8 floats starting at
+        // base + px * step + off <= base + (PX - 1) * step + taps.max, which `end` bounds
+        // by buf.len() (asserted above; taps.max is the largest offset).
+        unsafe {
+            let wv = _mm256_loadu_ps(wt.as_ptr());
+            let src = buf.as_ptr().add(base + off);
+            for (px, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(src.add(px * step)), wv, *a);
+            }
+        }
+    }
+    for (px, a) in acc.iter().enumerate() {
+        // SAFETY: out holds at least PX * 8 floats (asserted above).
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(px * LANES), *a) };
     }
 }
 
@@ -408,6 +455,7 @@ fn deinterleave<const AVX: bool>(src: &[f32], n: usize, nc: usize, y: &mut [f32]
 #[allow(clippy::too_many_arguments)]
 fn blocked<const AVX: bool>(
     p: &Plane,
+    taps: &Taps,
     x: &[f32],
     w: &[Lanes],
     bias: &Lanes,
@@ -431,21 +479,25 @@ fn blocked<const AVX: bool>(
         pad[((r + p.pt) * p.wp + p.pl) * LANES..][..p.iw * LANES].copy_from_slice(src);
     }
     let pad = &*pad;
+    let step = p.sw * LANES;
     for (oy, row) in yo.chunks_exact_mut(p.ow * LANES).enumerate() {
         // Several pixels at once: independent accumulators hide the FMA latency.
         let mut ox = 0;
+        let origin = oy * p.sh * p.wp * LANES;
         while ox + 8 <= p.ow {
-            blocked_pixels::<8, AVX>(p, pad, w, bias, oy, ox, row);
+            let (base, out) = (origin + ox * step, &mut row[ox * LANES..]);
+            blocked_pixels::<8, AVX>(pad, taps, w, bias, base, step, out);
             ox += 8;
         }
+        let (base, row) = (origin + ox * step, &mut row[ox * LANES..]);
         match p.ow - ox {
-            7 => blocked_pixels::<7, AVX>(p, pad, w, bias, oy, ox, row),
-            6 => blocked_pixels::<6, AVX>(p, pad, w, bias, oy, ox, row),
-            5 => blocked_pixels::<5, AVX>(p, pad, w, bias, oy, ox, row),
-            4 => blocked_pixels::<4, AVX>(p, pad, w, bias, oy, ox, row),
-            3 => blocked_pixels::<3, AVX>(p, pad, w, bias, oy, ox, row),
-            2 => blocked_pixels::<2, AVX>(p, pad, w, bias, oy, ox, row),
-            1 => blocked_pixels::<1, AVX>(p, pad, w, bias, oy, ox, row),
+            7 => blocked_pixels::<7, AVX>(pad, taps, w, bias, base, step, row),
+            6 => blocked_pixels::<6, AVX>(pad, taps, w, bias, base, step, row),
+            5 => blocked_pixels::<5, AVX>(pad, taps, w, bias, base, step, row),
+            4 => blocked_pixels::<4, AVX>(pad, taps, w, bias, base, step, row),
+            3 => blocked_pixels::<3, AVX>(pad, taps, w, bias, base, step, row),
+            2 => blocked_pixels::<2, AVX>(pad, taps, w, bias, base, step, row),
+            1 => blocked_pixels::<1, AVX>(pad, taps, w, bias, base, step, row),
             _ => {}
         }
     }
@@ -458,6 +510,7 @@ fn blocked<const AVX: bool>(
 #[allow(clippy::too_many_arguments)]
 unsafe fn blocked_avx2(
     p: &Plane,
+    taps: &Taps,
     x: &[f32],
     w: &[Lanes],
     bias: &Lanes,
@@ -466,7 +519,7 @@ unsafe fn blocked_avx2(
     nc: usize,
     buf: &mut Vec<f32>,
 ) {
-    blocked::<true>(p, x, w, bias, act, y, nc, buf)
+    blocked::<true>(p, taps, x, w, bias, act, y, nc, buf)
 }
 
 impl Kernel for DepthwiseKernel {
@@ -572,6 +625,7 @@ impl DepthwiseKernel {
         let p = self.p;
         let (in_plane, out_plane, taps) = (p.ih * p.iw, p.oh * p.ow, p.kh * p.kw);
         let (c, isa, act) = (self.channels, self.isa, self.activation);
+        let tp = Taps::new(&p);
         let one = |buf: &mut Vec<f32>, (n, b, y): (usize, usize, &mut [f32])| {
             let c0 = b * LANES;
             let nc = (c - c0).min(LANES);
@@ -584,8 +638,8 @@ impl DepthwiseKernel {
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
-                Isa::Avx2Fma => unsafe { blocked_avx2(&p, x, w, &bl, act, y, nc, buf) },
-                Isa::Portable => blocked::<false>(&p, x, w, &bl, act, y, nc, buf),
+                Isa::Avx2Fma => unsafe { blocked_avx2(&p, &tp, x, w, &bl, act, y, nc, buf) },
+                Isa::Portable => blocked::<false>(&p, &tp, x, w, &bl, act, y, nc, buf),
             }
         };
         // Each batch item's planes split into blocks of 8 (the last may be short).
@@ -664,6 +718,7 @@ mod bench {
             let x = vec![0.5f32; c * h * h];
             let w = vec![0.1f32; c * k * k];
             let wb = pack_weights(&w, c, k * k);
+            let tp = Taps::new(&p);
             let mut y = vec![0.0f32; c * o * o];
             let mut buf = Vec::new();
             let reps = (4_000_000 / (c * o * o * k * k)).max(2);
@@ -695,7 +750,7 @@ mod bench {
                         // SAFETY: AVX2 + FMA checked above.
                         #[cfg(target_arch = "x86_64")]
                         unsafe {
-                            blocked_avx2(&p, xc, wt, &[0.0; LANES], None, yc, nc, &mut buf)
+                            blocked_avx2(&p, &tp, xc, wt, &[0.0; LANES], None, yc, nc, &mut buf)
                         }
                     }
                 }
