@@ -263,6 +263,7 @@ unsafe fn plane_avx2(
 /// output pixel's origin, and their maximum (bounds the unchecked loads).
 struct Taps {
     offs: Vec<usize>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     max: usize,
 }
 
