@@ -78,7 +78,7 @@ pub fn build(
     w_value: Option<&Tensor>,
 ) -> OpResult<Option<Box<dyn Kernel>>> {
     if let Some(k) =
-        crate::depthwise::DepthwiseKernel::new(gemm.isa, &s, activation, x_shape, w_shape)
+        crate::depthwise::DepthwiseKernel::new(gemm.isa, &s, activation, x_shape, w_shape, w_value)
     {
         return Ok(Some(Box::new(k)));
     }

@@ -2,6 +2,11 @@
 //! zero-padded, stride-deinterleaved buffer, so every kernel tap becomes a contiguous
 //! multiply-add along the output row (vectorised by the compiler; compiled a second time with
 //! AVX2 + FMA enabled and picked at run time). 3x3 kernels sum all nine taps in one pass.
+//!
+//! Small planes (short output rows) give that row path too little to vectorise, so they take
+//! a channel-blocked path instead: 8 channels are interleaved into a zero-padded
+//! `[hp][wp][8]` buffer and every output pixel accumulates its 8 lanes over the taps, with the
+//! weights repacked as `[taps][8]` per block of 8 channels.
 
 use crate::sgemm::{activate, Isa};
 use ferrolite_core::ops::linalg::conv::ConvShapes;
@@ -28,7 +33,17 @@ struct Plane {
     /// Padded rows and the length of one deinterleaved phase of a padded row.
     hp: usize,
     lp: usize,
+    /// Padded row length (channel-blocked path).
+    wp: usize,
 }
+
+/// Channels processed together by the channel-blocked path.
+const LANES: usize = 8;
+type Lanes = [f32; LANES];
+
+/// Output rows at most this long take the channel-blocked path (measured: it wins up to
+/// 28-wide rows for 3x3 stride-1 kernels, and always for strided or non-3x3 ones).
+const BLOCKED_MAX_OW: usize = 32;
 
 #[derive(Debug)]
 pub struct DepthwiseKernel {
@@ -40,6 +55,24 @@ pub struct DepthwiseKernel {
     w_shape: Vec<usize>,
     y_shape: Vec<usize>,
     activation: Option<Activation>,
+    /// Take the channel-blocked path.
+    blocked: bool,
+    /// Constant weights repacked as `[block][taps][LANES]` (channel-blocked path).
+    packed: Option<Vec<Lanes>>,
+}
+
+/// Repacks `[C, 1, kh, kw]` weights as `[C / 8 rounded up][taps][8]`, the tail block
+/// zero-padded.
+fn pack_weights(w: &[f32], channels: usize, taps: usize) -> Vec<Lanes> {
+    let blocks = channels.div_ceil(LANES);
+    let mut out = vec![[0.0; LANES]; blocks * taps];
+    for (c, wc) in w.chunks_exact(taps).take(channels).enumerate() {
+        let (b, l) = (c / LANES, c % LANES);
+        for (t, &v) in wc.iter().enumerate() {
+            out[b * taps + t][l] = v;
+        }
+    }
+    out
 }
 
 impl DepthwiseKernel {
@@ -50,6 +83,7 @@ impl DepthwiseKernel {
         activation: Option<Activation>,
         x_shape: &[usize],
         w_shape: &[usize],
+        w_value: Option<&Tensor>,
     ) -> Option<DepthwiseKernel> {
         let g = &s.geometry;
         if g.input.len() != 2
@@ -75,9 +109,18 @@ impl DepthwiseKernel {
         let wp = (iw + pl).max((ow - 1) * sw + (kw - 1) * dw + 1);
         let lp = wp.div_ceil(sw);
         // The padded buffer must stay reasonable (hostile pads).
-        if hp.checked_mul(lp * sw)? > 1 << 26 {
+        if hp.checked_mul(lp * sw)?.checked_mul(LANES)? > 1 << 26 {
             return None;
         }
+        let blocked = ow <= BLOCKED_MAX_OW || (kh, kw) != (3, 3) || sw > 1;
+        let taps = kh * kw;
+        let packed = match w_value {
+            Some(w) if blocked => {
+                let wv = w.as_slice::<f32>().ok()?;
+                (wv.len() == s.in_channels * taps).then(|| pack_weights(wv, s.in_channels, taps))
+            }
+            _ => None,
+        };
         Some(DepthwiseKernel {
             isa,
             p: Plane {
@@ -95,6 +138,7 @@ impl DepthwiseKernel {
                 pl,
                 hp,
                 lp,
+                wp,
             },
             channels: s.in_channels,
             batch: s.batch,
@@ -102,6 +146,8 @@ impl DepthwiseKernel {
             w_shape: w_shape.to_vec(),
             y_shape: s.output_shape(),
             activation,
+            blocked,
+            packed,
         })
     }
 }
@@ -213,6 +259,270 @@ unsafe fn plane_avx2(
     plane(p, x, w, bias, act, y, buf)
 }
 
+/// Offsets (in floats) of every tap inside the interleaved padded buffer, relative to the
+/// output pixel's origin, and their maximum (bounds the unchecked loads).
+struct Taps {
+    offs: Vec<usize>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    max: usize,
+}
+
+impl Taps {
+    fn new(p: &Plane) -> Taps {
+        let offs: Vec<usize> = (0..p.kh)
+            .flat_map(|ky| (0..p.kw).map(move |kx| (ky * p.dh * p.wp + kx * p.dw) * LANES))
+            .collect();
+        let max = offs.iter().copied().max().unwrap_or(0);
+        Taps { offs, max }
+    }
+}
+
+/// `PX` adjacent output pixels whose receptive fields start at `buf[base + px * step]`,
+/// written as `[PX][8]` into `out`. `AVX` runs the FMA intrinsics version.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn blocked_pixels<const PX: usize, const AVX: bool>(
+    buf: &[f32],
+    taps: &Taps,
+    w: &[Lanes],
+    bias: &Lanes,
+    base: usize,
+    step: usize,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX {
+        // SAFETY: AVX is only true in code reached from `blocked_avx2`, which runs only when
+        // the CPU supports AVX2 and FMA.
+        unsafe { blocked_pixels_avx::<PX>(buf, taps, w, bias, base, step, out) };
+        return;
+    }
+    let mut acc = [*bias; PX];
+    for (&off, wt) in taps.offs.iter().zip(w) {
+        for (px, a) in acc.iter_mut().enumerate() {
+            let s = &buf[base + px * step + off..][..LANES];
+            for l in 0..LANES {
+                a[l] += s[l] * wt[l];
+            }
+        }
+    }
+    for (o, a) in out[..PX * LANES].chunks_exact_mut(LANES).zip(&acc) {
+        o.copy_from_slice(a);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn blocked_pixels_avx<const PX: usize>(
+    buf: &[f32],
+    taps: &Taps,
+    w: &[Lanes],
+    bias: &Lanes,
+    base: usize,
+    step: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let end = base + (PX - 1) * step + taps.max + LANES;
+    assert!(end <= buf.len() && w.len() >= taps.offs.len() && out.len() >= PX * LANES);
+    // SAFETY: `bias` is a whole [f32; 8].
+    let mut acc = [unsafe { _mm256_loadu_ps(bias.as_ptr()) }; PX];
+    for (&off, wt) in taps.offs.iter().zip(w) {
+        // SAFETY: `wt` is a whole [f32; 8]; every input load reads 8 floats starting at
+        // base + px * step + off <= base + (PX - 1) * step + taps.max, which `end` bounds
+        // by buf.len() (asserted above; taps.max is the largest offset).
+        unsafe {
+            let wv = _mm256_loadu_ps(wt.as_ptr());
+            let src = buf.as_ptr().add(base + off);
+            for (px, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(src.add(px * step)), wv, *a);
+            }
+        }
+    }
+    for (px, a) in acc.iter().enumerate() {
+        // SAFETY: out holds at least PX * 8 floats (asserted above).
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(px * LANES), *a) };
+    }
+}
+
+/// Transposes an 8x8 block: `out[j][i] = rows[i][j]`.
+#[inline(always)]
+fn transpose8<const AVX: bool>(rows: [&Lanes; LANES]) -> [Lanes; LANES] {
+    #[cfg(target_arch = "x86_64")]
+    if AVX {
+        // SAFETY: AVX is only true in code reached from `blocked_avx2`, which runs only when
+        // the CPU supports AVX2 and FMA.
+        return unsafe { transpose8_avx(rows) };
+    }
+    std::array::from_fn(|j| std::array::from_fn(|i| rows[i][j]))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose8_avx(rows: [&Lanes; LANES]) -> [Lanes; LANES] {
+    use std::arch::x86_64::*;
+    // SAFETY: every load reads one whole `[f32; 8]` through a valid reference.
+    let r: [__m256; 8] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(rows[i].as_ptr()) });
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let s0 = _mm256_shuffle_ps(t0, t2, 0x44);
+    let s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    let s2 = _mm256_shuffle_ps(t1, t3, 0x44);
+    let s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    let s4 = _mm256_shuffle_ps(t4, t6, 0x44);
+    let s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    let s6 = _mm256_shuffle_ps(t5, t7, 0x44);
+    let s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    let o = [
+        _mm256_permute2f128_ps(s0, s4, 0x20),
+        _mm256_permute2f128_ps(s1, s5, 0x20),
+        _mm256_permute2f128_ps(s2, s6, 0x20),
+        _mm256_permute2f128_ps(s3, s7, 0x20),
+        _mm256_permute2f128_ps(s0, s4, 0x31),
+        _mm256_permute2f128_ps(s1, s5, 0x31),
+        _mm256_permute2f128_ps(s2, s6, 0x31),
+        _mm256_permute2f128_ps(s3, s7, 0x31),
+    ];
+    let mut out = [[0.0; LANES]; LANES];
+    for (d, v) in out.iter_mut().zip(o) {
+        // SAFETY: the store writes one whole `[f32; 8]` through a valid reference.
+        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) };
+    }
+    out
+}
+
+/// `dst[i][l] = x[l][i]` for `nc` planes of `n` values; lanes `nc..8` get zeros.
+#[inline(always)]
+fn interleave<const AVX: bool>(x: &[f32], n: usize, nc: usize, dst: &mut [f32]) {
+    const ZERO: Lanes = [0.0; LANES];
+    let mut i = 0;
+    while i + LANES <= n {
+        let rows: [&Lanes; LANES] = std::array::from_fn(|l| {
+            if l < nc {
+                x[l * n + i..][..LANES].try_into().unwrap_or(&ZERO)
+            } else {
+                &ZERO
+            }
+        });
+        let t = transpose8::<AVX>(rows);
+        for (d, t) in dst[i * LANES..][..LANES * LANES]
+            .chunks_exact_mut(LANES)
+            .zip(&t)
+        {
+            d.copy_from_slice(t);
+        }
+        i += LANES;
+    }
+    for (j, d) in dst.chunks_exact_mut(LANES).enumerate().take(n).skip(i) {
+        for (l, v) in d.iter_mut().enumerate() {
+            *v = if l < nc { x[l * n + j] } else { 0.0 };
+        }
+    }
+}
+
+/// `y[l][i] = src[i][l]` for `nc` planes of `n` values.
+#[inline(always)]
+fn deinterleave<const AVX: bool>(src: &[f32], n: usize, nc: usize, y: &mut [f32]) {
+    let mut i = 0;
+    while i + LANES <= n {
+        let block = &src[i * LANES..][..LANES * LANES];
+        let rows: [&Lanes; LANES] = std::array::from_fn(|p| {
+            block[p * LANES..][..LANES]
+                .try_into()
+                .unwrap_or(&[0.0; LANES])
+        });
+        let t = transpose8::<AVX>(rows);
+        for (l, t) in t.iter().enumerate().take(nc) {
+            y[l * n + i..][..LANES].copy_from_slice(t);
+        }
+        i += LANES;
+    }
+    for (j, s) in src.chunks_exact(LANES).enumerate().take(n).skip(i) {
+        for (l, &v) in s.iter().enumerate().take(nc) {
+            y[l * n + j] = v;
+        }
+    }
+}
+
+/// One block of `nc <= 8` channels (`x` and `y` hold their `nc` planes). `buf` is scratch
+/// that keeps its zero borders between blocks of the same geometry.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn blocked<const AVX: bool>(
+    p: &Plane,
+    taps: &Taps,
+    x: &[f32],
+    w: &[Lanes],
+    bias: &Lanes,
+    act: Option<Activation>,
+    y: &mut [f32],
+    nc: usize,
+    buf: &mut Vec<f32>,
+) {
+    let (in_plane, out_plane) = (p.ih * p.iw, p.oh * p.ow);
+    let padded = p.hp * p.wp * LANES;
+    let total = padded + (in_plane + out_plane) * LANES;
+    if buf.len() != total {
+        buf.clear();
+        buf.resize(total, 0.0);
+    }
+    let (pad, rest) = buf.split_at_mut(padded);
+    let (xi, yo) = rest.split_at_mut(in_plane * LANES);
+    // Only the interior of `pad` is ever written, so its borders stay zero.
+    interleave::<AVX>(x, in_plane, nc, xi);
+    for (r, src) in xi.chunks_exact(p.iw * LANES).enumerate() {
+        pad[((r + p.pt) * p.wp + p.pl) * LANES..][..p.iw * LANES].copy_from_slice(src);
+    }
+    let pad = &*pad;
+    let step = p.sw * LANES;
+    for (oy, row) in yo.chunks_exact_mut(p.ow * LANES).enumerate() {
+        // Several pixels at once: independent accumulators hide the FMA latency.
+        let mut ox = 0;
+        let origin = oy * p.sh * p.wp * LANES;
+        while ox + 8 <= p.ow {
+            let (base, out) = (origin + ox * step, &mut row[ox * LANES..]);
+            blocked_pixels::<8, AVX>(pad, taps, w, bias, base, step, out);
+            ox += 8;
+        }
+        let (base, row) = (origin + ox * step, &mut row[ox * LANES..]);
+        match p.ow - ox {
+            7 => blocked_pixels::<7, AVX>(pad, taps, w, bias, base, step, row),
+            6 => blocked_pixels::<6, AVX>(pad, taps, w, bias, base, step, row),
+            5 => blocked_pixels::<5, AVX>(pad, taps, w, bias, base, step, row),
+            4 => blocked_pixels::<4, AVX>(pad, taps, w, bias, base, step, row),
+            3 => blocked_pixels::<3, AVX>(pad, taps, w, bias, base, step, row),
+            2 => blocked_pixels::<2, AVX>(pad, taps, w, bias, base, step, row),
+            1 => blocked_pixels::<1, AVX>(pad, taps, w, bias, base, step, row),
+            _ => {}
+        }
+    }
+    activate(act, yo);
+    deinterleave::<AVX>(yo, out_plane, nc, y);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocked_avx2(
+    p: &Plane,
+    taps: &Taps,
+    x: &[f32],
+    w: &[Lanes],
+    bias: &Lanes,
+    act: Option<Activation>,
+    y: &mut [f32],
+    nc: usize,
+    buf: &mut Vec<f32>,
+) {
+    blocked::<true>(p, taps, x, w, bias, act, y, nc, buf)
+}
+
 impl Kernel for DepthwiseKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
         let x = ferrolite_core::op::required(inputs, 0)?;
@@ -261,6 +571,18 @@ impl Kernel for DepthwiseKernel {
         }
         let isa = self.isa;
         let act = self.activation;
+        if self.blocked {
+            let repacked;
+            let wp = match &self.packed {
+                Some(w) => w.as_slice(),
+                None => {
+                    repacked = pack_weights(wv, self.channels, taps);
+                    repacked.as_slice()
+                }
+            };
+            self.run_blocked(xv, wp, bias, yv);
+            return Ok(());
+        }
         let one = |buf: &mut Vec<f32>, (i, out): (usize, &mut [f32])| {
             let c = i % self.channels;
             let x = &xv[i * in_plane..(i + 1) * in_plane];
@@ -290,7 +612,59 @@ impl Kernel for DepthwiseKernel {
     }
 
     fn name(&self) -> &str {
-        "cpu.conv.depthwise"
+        if self.blocked {
+            "cpu.conv.depthwise_c8"
+        } else {
+            "cpu.conv.depthwise"
+        }
+    }
+}
+
+impl DepthwiseKernel {
+    /// The channel-blocked path: one task per (batch item, block of 8 channels).
+    fn run_blocked(&self, xv: &[f32], w: &[Lanes], bias: Option<&[f32]>, yv: &mut [f32]) {
+        let p = self.p;
+        let (in_plane, out_plane, taps) = (p.ih * p.iw, p.oh * p.ow, p.kh * p.kw);
+        let (c, isa, act) = (self.channels, self.isa, self.activation);
+        let tp = Taps::new(&p);
+        let one = |buf: &mut Vec<f32>, (n, b, y): (usize, usize, &mut [f32])| {
+            let c0 = b * LANES;
+            let nc = (c - c0).min(LANES);
+            let x = &xv[(n * c + c0) * in_plane..][..nc * in_plane];
+            let w = &w[b * taps..][..taps];
+            let mut bl = [0.0; LANES];
+            if let Some(bv) = bias {
+                bl[..nc].copy_from_slice(&bv[c0..c0 + nc]);
+            }
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
+                Isa::Avx2Fma => unsafe { blocked_avx2(&p, &tp, x, w, &bl, act, y, nc, buf) },
+                Isa::Portable => blocked::<false>(&p, &tp, x, w, &bl, act, y, nc, buf),
+            }
+        };
+        // Each batch item's planes split into blocks of 8 (the last may be short).
+        let tasks = yv
+            .chunks_mut(c * out_plane)
+            .enumerate()
+            .flat_map(|(n, yn)| {
+                yn.chunks_mut(LANES * out_plane)
+                    .enumerate()
+                    .map(move |(b, y)| (n, b, y))
+            });
+        let work = (self.batch * c * out_plane).saturating_mul(taps);
+        if rayon::current_num_threads() > 1 && work >= 1 << 16 {
+            // About 64K multiply-adds per task.
+            let min_len = (65536 / (LANES * out_plane * taps).max(1)).max(1);
+            tasks
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .with_min_len(min_len)
+                .for_each_init(Vec::new, one);
+        } else {
+            let mut buf = Vec::new();
+            tasks.for_each(|t| one(&mut buf, t));
+        }
     }
 }
 
@@ -302,50 +676,94 @@ mod bench {
     #[test]
     #[ignore]
     fn depthwise_speed() {
-        let cpu = || -> f64 {
-            let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-            s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
-        };
-        for &(c, h, s) in &[
-            (96usize, 112usize, 2usize),
-            (32, 112, 1),
-            (192, 28, 1),
-            (576, 14, 1),
+        #[cfg(target_arch = "x86_64")]
+        if !is_x86_feature_detected!("fma") {
+            return;
+        }
+        let start = std::time::Instant::now();
+        let cpu = || start.elapsed().as_secs_f64();
+        for &(c, h, s, k) in &[
+            (96usize, 112usize, 2usize, 3usize),
+            (32, 112, 1, 3),
+            (144, 56, 1, 3),
+            (144, 56, 2, 3),
+            (192, 28, 1, 3),
+            (240, 28, 1, 5),
+            (192, 28, 2, 3),
+            (384, 14, 1, 3),
+            (576, 14, 1, 5),
+            (576, 14, 2, 5),
+            (576, 7, 1, 5),
+            (960, 7, 1, 3),
         ] {
-            let o = (h + 2 - 3) / s + 1;
+            let pad = k / 2;
+            let o = (h + 2 * pad - k) / s + 1;
+            let hp = (h + pad).max((o - 1) * s + k);
             let p = Plane {
                 ih: h,
                 iw: h,
                 oh: o,
                 ow: o,
-                kh: 3,
-                kw: 3,
+                kh: k,
+                kw: k,
                 sh: s,
                 sw: s,
                 dh: 1,
                 dw: 1,
-                pt: 1,
-                pl: 1,
-                hp: (h + 1).max((o - 1) * s + 3),
-                lp: (h + 1).max((o - 1) * s + 3).div_ceil(s),
+                pt: pad,
+                pl: pad,
+                hp,
+                lp: hp.div_ceil(s),
+                wp: hp,
             };
-            let x = vec![0.5f32; h * h];
-            let w = vec![0.1f32; 9];
-            let mut y = vec![0.0f32; o * o];
+            let x = vec![0.5f32; c * h * h];
+            let w = vec![0.1f32; c * k * k];
+            let wb = pack_weights(&w, c, k * k);
+            let tp = Taps::new(&p);
+            let mut y = vec![0.0f32; c * o * o];
             let mut buf = Vec::new();
-            let t = cpu();
-            for _ in 0..c * 10 {
-                // SAFETY: test machine has AVX2 + FMA (checked).
-                #[cfg(target_arch = "x86_64")]
-                if is_x86_feature_detected!("fma") {
-                    unsafe { plane_avx2(&p, &x, &w, 0.0, None, &mut y, &mut buf) }
+            let reps = (4_000_000 / (c * o * o * k * k)).max(2);
+            let mut dt_row = f64::MAX;
+            for _ in 0..7 {
+                let t = cpu();
+                for _ in 0..reps {
+                    for (xc, yc) in x.chunks_exact(h * h).zip(y.chunks_exact_mut(o * o)) {
+                        // SAFETY: AVX2 + FMA checked above.
+                        #[cfg(target_arch = "x86_64")]
+                        unsafe {
+                            plane_avx2(&p, xc, &w[..k * k], 0.0, None, yc, &mut buf)
+                        }
+                    }
                 }
+                dt_row = dt_row.min((cpu() - t) / reps as f64);
             }
-            let dt = (cpu() - t) / 10.0;
+            let mut dt_blk = f64::MAX;
+            for _ in 0..7 {
+                let t = cpu();
+                for _ in 0..reps {
+                    for (b, (xc, yc)) in x
+                        .chunks(LANES * h * h)
+                        .zip(y.chunks_mut(LANES * o * o))
+                        .enumerate()
+                    {
+                        let nc = xc.len() / (h * h);
+                        let wt = &wb[b * k * k..][..k * k];
+                        // SAFETY: AVX2 + FMA checked above.
+                        #[cfg(target_arch = "x86_64")]
+                        unsafe {
+                            blocked_avx2(&p, &tp, xc, wt, &[0.0; LANES], None, yc, nc, &mut buf)
+                        }
+                    }
+                }
+                dt_blk = dt_blk.min((cpu() - t) / reps as f64);
+            }
+            let gf = |dt: f64| (c * o * o * k * k * 2) as f64 / dt / 1e9;
             println!(
-                "{c}x{h}x{h} s{s}: {:.3} ms, {:.1} GFLOP/s",
-                dt * 1e3,
-                (c * o * o * 18) as f64 / dt / 1e9
+                "{c}x{h}x{h} k{k} s{s}: row {:.3} ms {:.1} GFLOP/s, blocked {:.3} ms {:.1} GFLOP/s",
+                dt_row * 1e3,
+                gf(dt_row),
+                dt_blk * 1e3,
+                gf(dt_blk)
             );
         }
     }

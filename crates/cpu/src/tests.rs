@@ -387,6 +387,65 @@ fn conv_activations_match_reference() {
     }
 }
 
+/// Depthwise convolutions on small planes (the channel-blocked path): channel counts around
+/// the block of 8, every kernel/stride/dilation/padding mix, batches, bias, activations.
+#[test]
+fn depthwise_small_planes_match_reference() {
+    let mut rng = Lcg(11);
+    let mut names = Vec::new();
+    let mut i = 0usize;
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            for c in [1usize, 7, 8, 9, 20] {
+                for h in [1usize, 2, 4, 7, 8, 9, 14, 15] {
+                    for (kh, kw) in [(3usize, 3usize), (5, 5), (3, 5)] {
+                        for s in [1usize, 2] {
+                            i += 1;
+                            let (d, pads) = match i % 4 {
+                                0 => (1, vec![kh / 2, kw / 2, kh / 2, kw / 2]),
+                                1 => (1, vec![0, 1, kh - 1, 0]),
+                                2 => (2, vec![kh - 1, kw - 1, kh - 1, kw - 1]),
+                                _ => (1, vec![0, 0, 0, 0]),
+                            };
+                            let w_in = if i % 5 == 0 { h + 3 } else { h };
+                            if h + pads[0] + pads[2] < d * (kh - 1) + 1
+                                || w_in + pads[1] + pads[3] < d * (kw - 1) + 1
+                            {
+                                continue;
+                            }
+                            let n = if i % 3 == 0 { 2 } else { 1 };
+                            let op: Arc<dyn Op> = Arc::new(Conv {
+                                params: ConvParams {
+                                    kernel_shape: None,
+                                    strides: Some(vec![s, s]),
+                                    dilations: Some(vec![d, d]),
+                                    pads: Some(pads),
+                                    auto_pad: AutoPad::NotSet,
+                                },
+                                group: c,
+                                activation: ACTS[i % ACTS.len()],
+                            });
+                            let ins = vec![
+                                Some(rng.tensor(&[n, c, h, w_in])),
+                                Some(rng.tensor(&[c, 1, kh, kw])),
+                                (i % 2 == 0).then(|| rng.tensor(&[c])),
+                            ];
+                            let name = check(op.clone(), &ins, &[false, true, true]);
+                            // One channel is an ordinary convolution (group 1).
+                            if c > 1 {
+                                names.push(name);
+                            }
+                            check(op, &ins, &[false, false, false]);
+                        }
+                    }
+                }
+            }
+        });
+    }
+    assert!(names.len() > 250, "{} cases", names.len());
+    assert!(names.iter().all(|n| n == "cpu.conv.depthwise_c8"));
+}
+
 #[test]
 fn matmul_matches_reference() {
     let mut rng = Lcg(7);
