@@ -144,6 +144,7 @@ fn fusion_passes_keep_zoo_outputs() {
         ("fold-transpose", "bert_mini"),
         ("remove-neutral", "bert_mini"),
         ("fold-conv-scale", "ppocrv4_det"),
+        ("fuse-scale-shift", "ppocrv4_det"),
     ];
     for (pass, name) in cases {
         let case = dir.join("cases").join(name);

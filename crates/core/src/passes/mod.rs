@@ -13,6 +13,7 @@ mod fuse_gelu;
 mod fuse_hard_swish;
 mod fuse_layer_norm;
 mod fuse_matmul_add;
+mod fuse_scale_shift;
 mod remove_neutral;
 mod rewrite;
 #[cfg(test)]
@@ -27,6 +28,7 @@ pub use fuse_gelu::FuseGelu;
 pub use fuse_hard_swish::FuseHardSwish;
 pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
+pub use fuse_scale_shift::FuseScaleShift;
 pub use remove_neutral::RemoveNeutral;
 
 use crate::infer::infer_graph;
@@ -129,6 +131,8 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
         Box::new(FuseLayerNorm),
         Box::new(FuseMatMulAdd),
         Box::new(FuseActivation),
+        // After the Conv fusions, which absorb a Mul/Add right after a Conv more cheaply.
+        Box::new(FuseScaleShift),
         Box::new(FoldTranspose),
     ]
 }
