@@ -7,6 +7,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod gemv;
 
 use ferrolite_core::ops::nn::activation::Activation;
 use std::cell::RefCell;
@@ -405,6 +406,11 @@ impl Problem<'_> {
     /// # Safety
     /// As [`Problem::run_block`] for the whole matrix.
     pub unsafe fn run(&self, c: *mut f32, rsc: usize, parallel: bool) {
+        if self.gemv_applies() {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.run_gemv(c, rsc, parallel) };
+            return;
+        }
         let threads = if parallel {
             rayon::current_num_threads()
         } else {
