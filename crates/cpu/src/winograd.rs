@@ -203,35 +203,52 @@ impl WinogradKernel {
         // Input transform, row-wise and across all tiles of a tile row at once: each
         // padded input row is transformed along its columns (h), then the four rows of a tile
         // row are combined, writing the 16 planes of v contiguously.
-        let span = 2 * tw + 2;
-        let mut row = vec![0f32; span];
         let mut hb = vec![0f32; 16 * tw];
         for ci in 0..c {
             let xc = &x[ci * h * w..(ci + 1) * h * w];
             for ty in ty0..ty1 {
                 for i in 0..4 {
                     let r = (2 * ty + i).wrapping_sub(self.pad_top);
-                    if r < h {
-                        // Buffer index q holds column q - pad_left.
-                        let src = &xc[r * w..(r + 1) * w];
-                        let lo = self.pad_left.min(span);
-                        let len = w.min(span - lo);
-                        row[..lo].fill(0.0);
-                        for (d, s) in row[lo..lo + len].iter_mut().zip(src) {
-                            *d = *s;
-                        }
-                        row[lo + len..].fill(0.0);
-                    } else {
-                        row.fill(0.0);
-                    }
                     let (h0, rest) = hb[i * 4 * tw..(i + 1) * 4 * tw].split_at_mut(tw);
                     let (h1, rest) = rest.split_at_mut(tw);
                     let (h2, h3) = rest.split_at_mut(tw);
-                    for (tx, e) in row.windows(4).step_by(2).take(tw).enumerate() {
+                    if r >= h {
+                        for hh in [h0, h1, h2, h3] {
+                            hh.fill(0.0);
+                        }
+                        continue;
+                    }
+                    let src = &xc[r * w..(r + 1) * w];
+                    // Tile tx reads columns 2 * tx - pad_left .. + 4: the interior tiles
+                    // [lo, hi) straight from the row, the edge ones through a padded copy.
+                    let pl = self.pad_left;
+                    let lo = pl.div_ceil(2).min(tw);
+                    let hi = if w + pl >= 4 {
+                        ((w + pl - 4) / 2 + 1).clamp(lo, tw)
+                    } else {
+                        lo
+                    };
+                    for tx in (0..lo).chain(hi..tw) {
+                        let mut e = [0f32; 4];
+                        for (q, e) in e.iter_mut().enumerate() {
+                            let col = (2 * tx + q).wrapping_sub(pl);
+                            if col < w {
+                                *e = src[col];
+                            }
+                        }
                         h0[tx] = e[0] - e[2];
                         h1[tx] = e[1] + e[2];
                         h2[tx] = e[2] - e[1];
                         h3[tx] = e[1] - e[3];
+                    }
+                    if hi > lo {
+                        let inner = src[2 * lo - pl..].windows(4).step_by(2).take(hi - lo);
+                        for (tx, e) in (lo..hi).zip(inner) {
+                            h0[tx] = e[0] - e[2];
+                            h1[tx] = e[1] + e[2];
+                            h2[tx] = e[2] - e[1];
+                            h3[tx] = e[1] - e[3];
+                        }
                     }
                 }
                 let t0 = (ty - ty0) * tw;
@@ -297,7 +314,10 @@ impl WinogradKernel {
                             // A fixed-size copy: vector moves, not a memmove call.
                             *zp = src[..L].try_into().expect("L values");
                         } else {
-                            zp[..l].copy_from_slice(&src[..l]);
+                            // Element by element: a short memmove call per plane costs more.
+                            for (q, d) in zp.iter_mut().enumerate().take(l) {
+                                *d = std::hint::black_box(src[q]);
+                            }
                         }
                     }
                     let mut y = [[0f32; L]; 4];

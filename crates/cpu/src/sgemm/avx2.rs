@@ -35,7 +35,8 @@ unsafe fn act8(act: Activation, v: __m256) -> Option<__m256> {
 }
 
 /// # Safety
-/// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` and `b` `kc * NR` floats; `c`
+/// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` floats and `b` `kc` rows of
+/// `NR` floats, `bs` apart; `c`
 /// must be valid for reads and writes of the `mr x nr` tile with row stride `rsc`, accessed by
 /// no one else meanwhile.
 #[target_feature(enable = "avx2,fma")]
@@ -44,6 +45,7 @@ pub(super) unsafe fn kernel(
     kc: usize,
     a: *const f32,
     b: *const f32,
+    bs: usize,
     c: *mut f32,
     rsc: usize,
     mr: usize,
@@ -63,7 +65,7 @@ pub(super) unsafe fn kernel(
                 row[1] = _mm256_fmadd_ps(av, b1, row[1]);
             }
             ap = ap.add(MR);
-            bp = bp.add(NR);
+            bp = bp.add(bs);
         }
         if nr < NR {
             let mut t = [[0.0f32; NR]; MR];
