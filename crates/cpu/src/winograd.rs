@@ -334,11 +334,12 @@ impl WinogradKernel {
                         y[3][q] = t[5] - t[6] - t[7] + bv;
                     }
                     for (i, orow) in out_rows.chunks_exact_mut(ow).enumerate() {
-                        for q in 0..l {
+                        let (even, odd) = (&y[2 * i], &y[2 * i + 1]);
+                        for (q, (&e, &o)) in even.iter().zip(odd).take(l).enumerate() {
                             let col = 2 * (x0 + q);
-                            orow[col] = y[2 * i][q];
+                            orow[col] = e;
                             if col + 1 < ow {
-                                orow[col + 1] = y[2 * i + 1][q];
+                                orow[col + 1] = o;
                             }
                         }
                     }
