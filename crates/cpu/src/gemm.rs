@@ -462,6 +462,19 @@ mod tests {
             (130, 257, 40),
             (2, 600, 5),
             (250, 70, 90),
+            // The tiny-M streaming path: m = 1..4 (and 5..7 just above it), odd n and k,
+            // k across KC blocks, n with partial strips.
+            (1, 576, 1024),
+            (1, 1024, 1000),
+            (1, 3, 15),
+            (2, 7, 33),
+            (2, 257, 16),
+            (3, 300, 17),
+            (4, 513, 50),
+            (4, 1, 1),
+            (5, 9, 31),
+            (6, 33, 47),
+            (7, 17, 3),
         ];
         for g in [Sgemm::default(), Sgemm::portable()] {
             for &(m, k, n) in &sizes {
@@ -590,7 +603,10 @@ mod bench {
     #[ignore]
     fn gemm_speed() {
         for &(m, k, n) in &[
-            (16usize, 64usize, 3025usize),
+            (1usize, 576usize, 1024usize),
+            (1, 1024, 1000),
+            (1, 1280, 1000),
+            (16, 64, 3025),
             (64, 16, 3025),
             (64, 576, 3136),
             (66, 576, 2048),
@@ -617,38 +633,49 @@ mod bench {
                     Side::A,
                 )
                 .unwrap();
-            let cpu = || -> f64 {
-                let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-                s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
-            };
-            let t = cpu();
-            let reps = 20;
+            let pb = (m <= 4).then(|| {
+                g.pack(
+                    k,
+                    n,
+                    MatRef {
+                        data: &b,
+                        rs: n,
+                        cs: 1,
+                    },
+                    Side::B,
+                )
+                .unwrap()
+            });
+            // Wall clock over enough repetitions (the thread CPU clock ticks too coarsely).
+            let reps = (2e8 / (2 * m * k * n) as f64).clamp(20.0, 20000.0) as usize;
+            let t = std::time::Instant::now();
             for _ in 0..reps {
                 let c = MatMut {
                     data: &mut c,
                     rs: n,
                     cs: 1,
                 };
-                let b = Operand::Mat(MatRef {
+                let bm = MatRef {
                     data: &b,
                     rs: n,
                     cs: 1,
-                });
-                g.gemm(
-                    m,
-                    k,
-                    n,
-                    1.0,
-                    Operand::Packed(&pa),
-                    b,
-                    false,
-                    c,
-                    &Epilogue::default(),
-                    false,
-                )
-                .unwrap();
+                };
+                // Tiny m: the classifier-head case (activations times packed weights).
+                let (oa, ob) = match &pb {
+                    Some(pb) => (
+                        Operand::Mat(MatRef {
+                            data: &a,
+                            rs: k,
+                            cs: 1,
+                        }),
+                        Operand::Packed(pb),
+                    ),
+                    None => (Operand::Packed(&pa), Operand::Mat(bm)),
+                };
+                g.gemm(m, k, n, 1.0, oa, ob, false, c, &Epilogue::default(), false)
+                    .unwrap();
             }
-            let s = (cpu() - t) / reps as f64;
+            let s = t.elapsed().as_secs_f64() / reps as f64;
             println!(
                 "{m}x{k}x{n}: {:.1} GFLOP/s",
                 2.0 * (m * k * n) as f64 / s / 1e9

@@ -69,8 +69,8 @@ fn transform_filter(g: &[f32]) -> [f64; 16] {
     u
 }
 
-/// B^T d B for one 4x4 patch `d` (row-major).
-#[inline(always)]
+/// B^T d B for one 4x4 patch `d` (row-major); the kernel computes the same row-wise.
+#[cfg(test)]
 fn transform_input(d: &[f32; 16]) -> [f32; 16] {
     let mut t = [0f32; 16];
     for j in 0..4 {
@@ -91,8 +91,9 @@ fn transform_input(d: &[f32; 16]) -> [f32; 16] {
     v
 }
 
-/// A^T z A for one 4x4 block of products: the tile's 2x2 outputs (row-major).
-#[inline(always)]
+/// A^T z A for one 4x4 block of products: the tile's 2x2 outputs (row-major); the kernel
+/// computes the same across tiles.
+#[cfg(test)]
 fn transform_output(z: &[f32; 16]) -> [f32; 4] {
     let mut t = [0f32; 8];
     for j in 0..4 {
@@ -199,37 +200,73 @@ impl WinogradKernel {
         let n = (ty1 - ty0) * tw;
         v.resize(16 * c * n, 0.0);
         z.resize(16 * m * n, 0.0);
+        // Input transform, row-wise and across all tiles of a tile row at once: each
+        // padded input row is transformed along its columns (h), then the four rows of a tile
+        // row are combined, writing the 16 planes of v contiguously.
+        let mut hb = vec![0f32; 16 * tw];
         for ci in 0..c {
             let xc = &x[ci * h * w..(ci + 1) * h * w];
             for ty in ty0..ty1 {
-                for tx in 0..tw {
-                    let mut d = [0f32; 16];
-                    let r0 = (2 * ty) as isize - self.pad_top as isize;
-                    let c0 = (2 * tx) as isize - self.pad_left as isize;
-                    let inside = r0 >= 0 && c0 >= 0 && r0 as usize + 4 <= h && c0 as usize + 4 <= w;
-                    if inside {
-                        let (r0, c0) = (r0 as usize, c0 as usize);
-                        for i in 0..4 {
-                            let row = (r0 + i) * w + c0;
-                            d[i * 4..i * 4 + 4].copy_from_slice(&xc[row..row + 4]);
+                for i in 0..4 {
+                    let r = (2 * ty + i).wrapping_sub(self.pad_top);
+                    let (h0, rest) = hb[i * 4 * tw..(i + 1) * 4 * tw].split_at_mut(tw);
+                    let (h1, rest) = rest.split_at_mut(tw);
+                    let (h2, h3) = rest.split_at_mut(tw);
+                    if r >= h {
+                        for hh in [h0, h1, h2, h3] {
+                            hh.fill(0.0);
                         }
+                        continue;
+                    }
+                    let src = &xc[r * w..(r + 1) * w];
+                    // Tile tx reads columns 2 * tx - pad_left .. + 4: the interior tiles
+                    // [lo, hi) straight from the row, the edge ones through a padded copy.
+                    let pl = self.pad_left;
+                    let lo = pl.div_ceil(2).min(tw);
+                    let hi = if w + pl >= 4 {
+                        ((w + pl - 4) / 2 + 1).clamp(lo, tw)
                     } else {
-                        for i in 0..4 {
-                            let r = r0 + i as isize;
-                            if r < 0 || r as usize >= h {
-                                continue;
+                        lo
+                    };
+                    for tx in (0..lo).chain(hi..tw) {
+                        let mut e = [0f32; 4];
+                        for (q, e) in e.iter_mut().enumerate() {
+                            let col = (2 * tx + q).wrapping_sub(pl);
+                            if col < w {
+                                *e = src[col];
                             }
-                            for j in 0..4 {
-                                let col = c0 + j as isize;
-                                if col >= 0 && (col as usize) < w {
-                                    d[i * 4 + j] = xc[r as usize * w + col as usize];
-                                }
-                            }
+                        }
+                        h0[tx] = e[0] - e[2];
+                        h1[tx] = e[1] + e[2];
+                        h2[tx] = e[2] - e[1];
+                        h3[tx] = e[1] - e[3];
+                    }
+                    if hi > lo {
+                        let inner = src[2 * lo - pl..].windows(4).step_by(2).take(hi - lo);
+                        for (tx, e) in (lo..hi).zip(inner) {
+                            h0[tx] = e[0] - e[2];
+                            h1[tx] = e[1] + e[2];
+                            h2[tx] = e[2] - e[1];
+                            h3[tx] = e[1] - e[3];
                         }
                     }
-                    let t = (ty - ty0) * tw + tx;
-                    for (p, &val) in transform_input(&d).iter().enumerate() {
-                        v[(p * c + ci) * n + t] = val;
+                }
+                let t0 = (ty - ty0) * tw;
+                for b in 0..4 {
+                    let hr = |i: usize| &hb[(i * 4 + b) * tw..][..tw];
+                    let (r0, r1, r2, r3) = (hr(0), hr(1), hr(2), hr(3));
+                    let dst = |a: usize| ((a * 4 + b) * c + ci) * n + t0;
+                    for (o, (x0, x2)) in v[dst(0)..][..tw].iter_mut().zip(r0.iter().zip(r2)) {
+                        *o = x0 - x2;
+                    }
+                    for (o, (x1, x2)) in v[dst(1)..][..tw].iter_mut().zip(r1.iter().zip(r2)) {
+                        *o = x1 + x2;
+                    }
+                    for (o, (x1, x2)) in v[dst(2)..][..tw].iter_mut().zip(r1.iter().zip(r2)) {
+                        *o = x2 - x1;
+                    }
+                    for (o, (x1, x3)) in v[dst(3)..][..tw].iter_mut().zip(r1.iter().zip(r3)) {
+                        *o = x1 - x3;
                     }
                 }
             }
@@ -258,34 +295,56 @@ impl WinogradKernel {
                 false,
             )?;
         }
+        // Output transform, across the tiles of a tile row in chunks of 8 (vectorisable),
+        // then bias and activation on each finished output row.
         let (oh, ow) = (self.oh, self.ow);
+        const L: usize = 8;
         for (mi, yc) in out.iter_mut().enumerate() {
-            let b = bias.map_or(0.0, |b| b[mi]);
+            let bv = bias.map_or(0.0, |b| b[mi]);
             for ty in ty0..ty1 {
-                for tx in 0..tw {
-                    let t = (ty - ty0) * tw + tx;
-                    let mut zt = [0f32; 16];
-                    for (p, e) in zt.iter_mut().enumerate() {
-                        *e = z[(p * m + mi) * n + t];
-                    }
-                    let y = transform_output(&zt);
-                    for i in 0..2 {
-                        let r = 2 * ty + i;
-                        if r >= oh {
-                            continue;
+                let t0 = (ty - ty0) * tw;
+                let rows = (oh - 2 * ty).min(2);
+                let out_rows = &mut yc[(2 * (ty - ty0)) * ow..][..rows * ow];
+                for x0 in (0..tw).step_by(L) {
+                    let l = L.min(tw - x0);
+                    let mut zz = [[0f32; L]; 16];
+                    for (p, zp) in zz.iter_mut().enumerate() {
+                        let src = &z[(p * m + mi) * n + t0 + x0..];
+                        if l == L {
+                            // A fixed-size copy: vector moves, not a memmove call.
+                            *zp = src[..L].try_into().expect("L values");
+                        } else {
+                            // Element by element: a short memmove call per plane costs more.
+                            for (q, d) in zp.iter_mut().enumerate().take(l) {
+                                *d = std::hint::black_box(src[q]);
+                            }
                         }
-                        for j in 0..2 {
-                            let col = 2 * tx + j;
-                            if col < ow {
-                                let val = y[i * 2 + j] + b;
-                                yc[(r - 2 * ty0) * ow + col] = match self.activation {
-                                    Some(a) => a.apply(val),
-                                    None => val,
-                                };
+                    }
+                    let mut y = [[0f32; L]; 4];
+                    for q in 0..L {
+                        let zq = |a: usize, b: usize| zz[a * 4 + b][q];
+                        let mut t = [0f32; 8];
+                        for j in 0..4 {
+                            t[j] = zq(0, j) + zq(1, j) + zq(2, j);
+                            t[4 + j] = zq(1, j) - zq(2, j) - zq(3, j);
+                        }
+                        y[0][q] = t[0] + t[1] + t[2] + bv;
+                        y[1][q] = t[1] - t[2] - t[3] + bv;
+                        y[2][q] = t[4] + t[5] + t[6] + bv;
+                        y[3][q] = t[5] - t[6] - t[7] + bv;
+                    }
+                    for (i, orow) in out_rows.chunks_exact_mut(ow).enumerate() {
+                        let (even, odd) = (&y[2 * i], &y[2 * i + 1]);
+                        for (q, (&e, &o)) in even.iter().zip(odd).take(l).enumerate() {
+                            let col = 2 * (x0 + q);
+                            orow[col] = e;
+                            if col + 1 < ow {
+                                orow[col + 1] = o;
                             }
                         }
                     }
                 }
+                crate::sgemm::activate(self.activation, out_rows);
             }
         }
         Ok(())

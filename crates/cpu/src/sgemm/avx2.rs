@@ -35,7 +35,8 @@ unsafe fn act8(act: Activation, v: __m256) -> Option<__m256> {
 }
 
 /// # Safety
-/// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` and `b` `kc * NR` floats; `c`
+/// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` floats and `b` `kc` rows of
+/// `NR` floats, `bs` apart; `c`
 /// must be valid for reads and writes of the `mr x nr` tile with row stride `rsc`, accessed by
 /// no one else meanwhile.
 #[target_feature(enable = "avx2,fma")]
@@ -44,6 +45,7 @@ pub(super) unsafe fn kernel(
     kc: usize,
     a: *const f32,
     b: *const f32,
+    bs: usize,
     c: *mut f32,
     rsc: usize,
     mr: usize,
@@ -63,7 +65,7 @@ pub(super) unsafe fn kernel(
                 row[1] = _mm256_fmadd_ps(av, b1, row[1]);
             }
             ap = ap.add(MR);
-            bp = bp.add(NR);
+            bp = bp.add(bs);
         }
         if nr < NR {
             let mut t = [[0.0f32; NR]; MR];
@@ -122,6 +124,87 @@ pub(super) unsafe fn kernel(
                     *p.add(j) = act.apply(*p.add(j));
                 }
             }
+        }
+    }
+}
+
+/// `acc[i][..] += sum_p a[i * lda + p] * b[p * bs..][..NR]` for `i < m` (1..=4).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `a` must hold `m` rows of `kc` values with stride
+/// `lda`, and `b` `kc` rows of `NR` values with stride `bs`.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn gemv_strip(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    m: usize,
+    b: *const f32,
+    bs: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match m {
+            1 => strip::<1, 2>(kc, a, lda, b, bs, acc),
+            2 => strip::<2, 2>(kc, a, lda, b, bs, acc),
+            3 => strip::<3, 1>(kc, a, lda, b, bs, acc),
+            _ => strip::<4, 1>(kc, a, lda, b, bs, acc),
+        }
+    }
+}
+
+/// `M` rows, `U` interleaved accumulator sets (more independent FMA chains for small M).
+///
+/// # Safety
+/// As [`gemv_strip`] with `m = M`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn strip<const M: usize, const U: usize>(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    bs: usize,
+    acc: &mut [[f32; NR]; MR],
+) {
+    // SAFETY: loads stay within the kc rows of a and b the caller vouches for.
+    unsafe {
+        let mut v = [[[_mm256_setzero_ps(); 2]; M]; U];
+        let mut p = 0;
+        while p + U <= kc {
+            for (u, vu) in v.iter_mut().enumerate() {
+                let bp = b.add((p + u) * bs);
+                let b0 = _mm256_loadu_ps(bp);
+                let b1 = _mm256_loadu_ps(bp.add(8));
+                for (i, vi) in vu.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*a.add(i * lda + p + u));
+                    vi[0] = _mm256_fmadd_ps(av, b0, vi[0]);
+                    vi[1] = _mm256_fmadd_ps(av, b1, vi[1]);
+                }
+            }
+            p += U;
+        }
+        while p < kc {
+            let bp = b.add(p * bs);
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            for (i, vi) in v[0].iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(i * lda + p));
+                vi[0] = _mm256_fmadd_ps(av, b0, vi[0]);
+                vi[1] = _mm256_fmadd_ps(av, b1, vi[1]);
+            }
+            p += 1;
+        }
+        for (i, row) in acc.iter_mut().enumerate().take(M) {
+            let mut s0 = _mm256_loadu_ps(row.as_ptr());
+            let mut s1 = _mm256_loadu_ps(row.as_ptr().add(8));
+            for vu in &v {
+                s0 = _mm256_add_ps(s0, vu[i][0]);
+                s1 = _mm256_add_ps(s1, vu[i][1]);
+            }
+            _mm256_storeu_ps(row.as_mut_ptr(), s0);
+            _mm256_storeu_ps(row.as_mut_ptr().add(8), s1);
         }
     }
 }

@@ -7,6 +7,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod gemv;
 
 use ferrolite_core::ops::nn::activation::Activation;
 use std::cell::RefCell;
@@ -22,6 +23,8 @@ pub const KC: usize = 256;
 const MC: usize = 120;
 /// Columns of B packed at a time (a multiple of NR).
 const NC: usize = 512;
+/// Depth up to which a row-major B is read in place instead of packed.
+const SMALL_K: usize = 64;
 
 /// The microkernel implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,13 +104,16 @@ pub(crate) unsafe fn store_scalar(
     }
 }
 
-/// The portable microkernel: `kc` steps over packed panels `a` (`kc * MR`) and `b` (`kc * NR`).
+/// The portable microkernel: `kc` steps over a packed panel `a` (`kc * MR`) and `kc` rows
+/// of `NR` values of `b`, `bs` apart.
 ///
 /// # Safety
 /// As [`store_scalar`] for `c`.
+#[allow(clippy::too_many_arguments)]
 unsafe fn kernel_portable(
     a: &[f32],
     b: &[f32],
+    bs: usize,
     c: *mut f32,
     rsc: usize,
     mr: usize,
@@ -115,7 +121,8 @@ unsafe fn kernel_portable(
     e: &TileEpi,
 ) {
     let mut acc = [[0.0f32; NR]; MR];
-    for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+    for (p, ap) in a.chunks_exact(MR).enumerate() {
+        let bp = &b[p * bs..p * bs + NR];
         for (row, &av) in acc.iter_mut().zip(ap) {
             for (x, &bv) in row.iter_mut().zip(bp) {
                 *x += av * bv;
@@ -288,7 +295,27 @@ impl Problem<'_> {
                 let npan = nc.div_ceil(NR);
                 for pc in (0..self.k).step_by(KC) {
                     let kc = KC.min(self.k - pc);
+                    // Row-major B with a short k: the microkernel reads full panels in place
+                    // (rows rs apart); packing would cost about as much as the product.
+                    let in_place = match self.b {
+                        Src::Strided { data, rs, cs: 1 } if self.k <= SMALL_K && nc >= NR => {
+                            Some((&data[pc * rs + jc..], rs))
+                        }
+                        _ => None,
+                    };
                     let bp: &[f32] = match self.b {
+                        _ if in_place.is_some() => {
+                            // Only the partial last panel is packed.
+                            let full = nc / NR;
+                            bbuf.resize(kc * NR, 0.0);
+                            if full * NR < nc {
+                                let j = jc + full * NR;
+                                if let Src::Strided { data, rs, .. } = self.b {
+                                    pack_panel(data, 1, rs, j, nc - full * NR, NR, pc, kc, bbuf);
+                                }
+                            }
+                            bbuf
+                        }
                         Src::Packed(d) => {
                             &d[pc * np * NR + (jc / NR) * kc * NR..][..npan * kc * NR]
                         }
@@ -343,7 +370,13 @@ impl Problem<'_> {
                         for jp in 0..npan {
                             let j = jc + jp * NR;
                             let nr = NR.min(n1 - j);
-                            let bpanel = &bp[jp * kc * NR..][..kc * NR];
+                            let (bpanel, bs) = match in_place {
+                                Some((d, rs)) if nr == NR => {
+                                    (&d[jp * NR..][..(kc - 1) * rs + NR], rs)
+                                }
+                                Some(_) => (&bp[..kc * NR], NR),
+                                None => (&bp[jp * kc * NR..][..kc * NR], NR),
+                            };
                             for ip in 0..mpan {
                                 let i = ic + ip * MR;
                                 let mr = MR.min(m1 - i);
@@ -353,7 +386,7 @@ impl Problem<'_> {
                                 // caller vouches for; panels hold kc steps.
                                 unsafe {
                                     let ct = c.add(i * rsc + j);
-                                    self.kernel(apanel, bpanel, ct, rsc, mr, nr, &e)
+                                    self.kernel(apanel, bpanel, bs, ct, rsc, mr, nr, &e)
                                 }
                             }
                         }
@@ -382,6 +415,7 @@ impl Problem<'_> {
         &self,
         a: &[f32],
         b: &[f32],
+        bs: usize,
         c: *mut f32,
         rsc: usize,
         mr: usize,
@@ -390,12 +424,15 @@ impl Problem<'_> {
     ) {
         match self.isa {
             // SAFETY: forwarded from the caller.
-            Isa::Portable => unsafe { kernel_portable(a, b, c, rsc, mr, nr, e) },
+            Isa::Portable => unsafe { kernel_portable(a, b, bs, c, rsc, mr, nr, e) },
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: Avx2Fma is only chosen when the CPU has both features; panels hold
-            // kc = a.len() / MR steps; c as the caller vouches.
+            // SAFETY: Avx2Fma is only chosen when the CPU has both features; a holds
+            // kc = a.len() / MR steps and b kc rows of NR values bs apart (asserted below);
+            // c as the caller vouches.
             Isa::Avx2Fma => unsafe {
-                avx2::kernel(a.len() / MR, a.as_ptr(), b.as_ptr(), c, rsc, mr, nr, e)
+                let kc = a.len() / MR;
+                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
+                avx2::kernel(kc, a.as_ptr(), b.as_ptr(), bs, c, rsc, mr, nr, e)
             },
         }
     }
@@ -405,6 +442,11 @@ impl Problem<'_> {
     /// # Safety
     /// As [`Problem::run_block`] for the whole matrix.
     pub unsafe fn run(&self, c: *mut f32, rsc: usize, parallel: bool) {
+        if self.gemv_applies() {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.run_gemv(c, rsc, parallel) };
+            return;
+        }
         let threads = if parallel {
             rayon::current_num_threads()
         } else {
