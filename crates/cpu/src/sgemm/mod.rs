@@ -3,7 +3,7 @@
 //! `C[m, n] (+)= alpha * A[m, k] * B[k, n]`, then (on the last k block) a per-row or
 //! per-column bias and an activation, applied while the microkernel's tile is stored.
 //! A is packed into panels of [`MR`] rows, B into panels of [`NR`] columns (BLIS layout);
-//! constant operands are packed once ([`pack_full`]) in a layout the driver reads in place.
+//! constant operands are packed once (`pack_full`) in a layout the driver reads in place.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
