@@ -1,6 +1,7 @@
 //! The elementwise, pooling, softmax, reduction, normalisation and movement kernels against
 //! the core reference implementations over many shapes.
 
+use crate::testutil::kernel_for;
 use crate::CpuKernels;
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::clip::Clip;
@@ -14,8 +15,7 @@ use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
 use ferrolite_core::ops::shape::concat::Concat;
 use ferrolite_core::ops::shape::split::Split;
 use ferrolite_core::ops::shape::transpose::Transpose;
-use ferrolite_core::plan::{KernelProvider, KernelRequest};
-use ferrolite_core::{DType, InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
+use ferrolite_core::{DType, Op, Tensor};
 use std::sync::Arc;
 
 struct Lcg(u64);
@@ -39,39 +39,7 @@ impl Lcg {
 /// single-threaded and on four threads; panics when no fast kernel is offered or the results
 /// differ by more than `tol` relative to the largest magnitude.
 fn check_tol(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool], tol: f32) {
-    let infer_inputs: Vec<Option<InferInput>> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            t.as_ref().map(|t| InferInput {
-                dtype: t.dtype(),
-                shape: t.shape(),
-                value: constant.get(i).copied().unwrap_or(false).then_some(t),
-            })
-        })
-        .collect();
-    let outputs: Vec<TensorInfo> = op
-        .infer(&InferCtx {
-            inputs: &infer_inputs,
-        })
-        .unwrap();
-    let node = Node {
-        name: "n".into(),
-        op: op.clone(),
-        inputs: (0..inputs.len()).map(|i| Some(ValueId(i))).collect(),
-        outputs: (0..outputs.len())
-            .map(|i| ValueId(inputs.len() + i))
-            .collect(),
-    };
-    let req = KernelRequest {
-        node: &node,
-        inputs: &infer_inputs,
-        outputs: &outputs,
-    };
-    let kernel = CpuKernels::default()
-        .kernel(&req)
-        .unwrap()
-        .unwrap_or_else(|| panic!("no kernel for {op:?}"));
+    let (kernel, outputs) = kernel_for(&CpuKernels::default(), &op, inputs, constant);
     assert!(kernel.name().starts_with("cpu."), "{}", kernel.name());
     let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let expected = op.eval(&refs).unwrap();

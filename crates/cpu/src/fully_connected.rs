@@ -131,13 +131,12 @@ impl Kernel for FullyConnectedKernel {
 
 #[cfg(test)]
 mod tests {
-    use crate::CpuKernels;
+    use crate::tests::check;
     use ferrolite_core::ops::linalg::conv::Conv;
     use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
     use ferrolite_core::ops::linalg::gemm::Gemm;
     use ferrolite_core::ops::nn::activation::Activation;
-    use ferrolite_core::plan::{KernelProvider, KernelRequest};
-    use ferrolite_core::{DType, InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
+    use ferrolite_core::Tensor;
     use std::sync::Arc;
 
     fn tensor(seed: &mut u64, shape: &[usize]) -> Tensor {
@@ -151,58 +150,6 @@ mod tests {
             })
             .collect();
         Tensor::from_vec(shape, v).unwrap()
-    }
-
-    /// The CPU kernel for `op` (inputs constant where `constant[i]`) against the reference.
-    fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
-        let infer_inputs: Vec<Option<InferInput>> = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.as_ref().map(|t| InferInput {
-                    dtype: t.dtype(),
-                    shape: t.shape(),
-                    value: constant.get(i).copied().unwrap_or(false).then_some(t),
-                })
-            })
-            .collect();
-        let outputs: Vec<TensorInfo> = op
-            .infer(&InferCtx {
-                inputs: &infer_inputs,
-            })
-            .unwrap();
-        let node = Node {
-            name: "n".into(),
-            op: op.clone(),
-            inputs: (0..inputs.len()).map(|i| Some(ValueId(i))).collect(),
-            outputs: vec![ValueId(inputs.len())],
-        };
-        let req = KernelRequest {
-            node: &node,
-            inputs: &infer_inputs,
-            outputs: &outputs,
-        };
-        let kernel = CpuKernels::default().kernel(&req).unwrap().unwrap();
-        let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
-        let want = op.eval(&refs).unwrap().remove(0);
-        let mut outs = vec![Tensor::full(DType::F32, &outputs[0].shape, f64::NAN).unwrap()];
-        kernel.run(&refs, &mut outs).unwrap();
-        assert_eq!(outs[0].shape(), want.shape());
-        let want = want.as_slice::<f32>().unwrap();
-        let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-        for (i, (g, w)) in outs[0]
-            .as_slice::<f32>()
-            .unwrap()
-            .iter()
-            .zip(want)
-            .enumerate()
-        {
-            assert!(
-                (g - w).abs() <= 1e-4 * scale,
-                "{op:?} element {i}: got {g}, want {w}"
-            );
-        }
-        kernel.name().to_string()
     }
 
     const ACTS: [Option<Activation>; 5] = [

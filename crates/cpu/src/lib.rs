@@ -26,6 +26,8 @@ pub mod winograd;
 mod fast_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod testutil;
 
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;

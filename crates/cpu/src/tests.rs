@@ -1,13 +1,13 @@
 //! Every optimised kernel against the core reference over many shapes.
 
+use crate::testutil::kernel_for;
 use crate::{CpuKernels, Sgemm};
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
 use ferrolite_core::ops::linalg::gemm::Gemm;
 use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::ops::nn::activation::Activation;
-use ferrolite_core::plan::{KernelProvider, KernelRequest};
-use ferrolite_core::{DType, InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
+use ferrolite_core::{DType, Op, Tensor};
 use std::sync::Arc;
 
 /// A seeded linear congruential generator: values in [-1, 1).
@@ -30,7 +30,7 @@ impl Lcg {
 
 /// Runs `op` through the CPU provider (constants where `constant[i]`) and the reference;
 /// returns the kernel name. Panics when no kernel is offered or the results differ.
-fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
+pub(crate) fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
     let name = check_with(CpuKernels::default(), op.clone(), inputs, constant);
     let portable = check_with(
         CpuKernels::with_gemm(Sgemm::portable()),
@@ -62,37 +62,7 @@ fn check_with(
     inputs: &[Option<Tensor>],
     constant: &[bool],
 ) -> String {
-    let infer_inputs: Vec<Option<InferInput>> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            t.as_ref().map(|t| InferInput {
-                dtype: t.dtype(),
-                shape: t.shape(),
-                value: constant.get(i).copied().unwrap_or(false).then_some(t),
-            })
-        })
-        .collect();
-    let outputs: Vec<TensorInfo> = op
-        .infer(&InferCtx {
-            inputs: &infer_inputs,
-        })
-        .unwrap();
-    let node = Node {
-        name: "n".into(),
-        op: op.clone(),
-        inputs: (0..inputs.len()).map(|i| Some(ValueId(i))).collect(),
-        outputs: vec![ValueId(inputs.len())],
-    };
-    let req = KernelRequest {
-        node: &node,
-        inputs: &infer_inputs,
-        outputs: &outputs,
-    };
-    let kernel = provider
-        .kernel(&req)
-        .unwrap()
-        .unwrap_or_else(|| panic!("no kernel for {op:?}"));
+    let (kernel, outputs) = kernel_for(&provider, &op, inputs, constant);
     let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let expected = op.eval(&refs).unwrap().remove(0);
     // Stale NaNs in the output buffer must not leak into the result.
@@ -529,6 +499,8 @@ fn gemm_matches_reference() {
 
 #[test]
 fn unsupported_requests_fall_back() {
+    use ferrolite_core::plan::{KernelProvider, KernelRequest};
+    use ferrolite_core::{InferInput, Node, TensorInfo, ValueId};
     let x = Tensor::from_vec(&[1, 1, 3], vec![1.0f64, 2., 3.]).unwrap();
     let w = Tensor::from_vec(&[1, 1, 1], vec![1.0f64]).unwrap();
     let op: Arc<dyn Op> = Arc::new(Conv::default());

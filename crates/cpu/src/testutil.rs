@@ -1,0 +1,50 @@
+//! Test helper shared by the kernel tests: the kernel a provider picks for one op.
+
+use crate::CpuKernels;
+use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
+use ferrolite_core::{InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
+use std::sync::Arc;
+
+/// The kernel `provider` offers for `op` on `inputs` (passed as constants, like weights, where
+/// `constant[i]`), with the op's inferred output types. Panics when none is offered.
+pub(crate) fn kernel_for(
+    provider: &CpuKernels,
+    op: &Arc<dyn Op>,
+    inputs: &[Option<Tensor>],
+    constant: &[bool],
+) -> (Box<dyn Kernel>, Vec<TensorInfo>) {
+    let infer_inputs: Vec<Option<InferInput>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.as_ref().map(|t| InferInput {
+                dtype: t.dtype(),
+                shape: t.shape(),
+                value: constant.get(i).copied().unwrap_or(false).then_some(t),
+            })
+        })
+        .collect();
+    let outputs: Vec<TensorInfo> = op
+        .infer(&InferCtx {
+            inputs: &infer_inputs,
+        })
+        .unwrap();
+    let node = Node {
+        name: "n".into(),
+        op: op.clone(),
+        inputs: (0..inputs.len()).map(|i| Some(ValueId(i))).collect(),
+        outputs: (0..outputs.len())
+            .map(|i| ValueId(inputs.len() + i))
+            .collect(),
+    };
+    let req = KernelRequest {
+        node: &node,
+        inputs: &infer_inputs,
+        outputs: &outputs,
+    };
+    let kernel = provider
+        .kernel(&req)
+        .unwrap()
+        .unwrap_or_else(|| panic!("no kernel for {op:?}"));
+    (kernel, outputs)
+}
