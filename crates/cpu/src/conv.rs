@@ -67,6 +67,24 @@ pub struct ConvKernel {
     activation: Option<Activation>,
 }
 
+/// The optional bias (input 2) of a convolution kernel, checked to have `channels` values.
+pub(crate) fn bias_input<'a>(
+    inputs: &[Option<&'a Tensor>],
+    channels: usize,
+) -> OpResult<Option<&'a [f32]>> {
+    match inputs.get(2).copied().flatten() {
+        Some(b) => {
+            op_ensure!(
+                b.numel() == channels,
+                "input 2 (B) has {} elements, expected {channels}",
+                b.numel()
+            );
+            Ok(Some(b.as_slice::<f32>()?))
+        }
+        None => Ok(None),
+    }
+}
+
 /// The best kernel for a Conv: depthwise direct, or im2col/pointwise GEMM. `None` when the
 /// shapes fall outside what these kernels handle.
 pub fn build(
@@ -262,18 +280,7 @@ impl Kernel for ConvKernel {
                 Some(wv)
             }
         };
-        let bias = match inputs.get(2).copied().flatten() {
-            Some(b) => {
-                op_ensure!(
-                    b.numel() == self.s.out_channels,
-                    "input 2 (B) has {} elements, expected {}",
-                    b.numel(),
-                    self.s.out_channels
-                );
-                Some(b.as_slice::<f32>()?)
-            }
-            None => None,
-        };
+        let bias = bias_input(inputs, self.s.out_channels)?;
         let y = outputs
             .first_mut()
             .ok_or_else(|| ferrolite_core::OpError("no output".into()))?;

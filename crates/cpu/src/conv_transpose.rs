@@ -89,18 +89,7 @@ impl Kernel for ConvTransposeKernel {
         );
         let (xv, wv) = (x.as_slice::<f32>()?, w.as_slice::<f32>()?);
         let s = &self.s;
-        let bias = match inputs.get(2).copied().flatten() {
-            Some(b) => {
-                op_ensure!(
-                    b.numel() == s.out_channels,
-                    "input 2 (B) has {} elements, expected {}",
-                    b.numel(),
-                    s.out_channels
-                );
-                Some(b.as_slice::<f32>()?)
-            }
-            None => None,
-        };
+        let bias = crate::conv::bias_input(inputs, s.out_channels)?;
         let y = outputs
             .first_mut()
             .ok_or_else(|| OpError("no output".into()))?;

@@ -536,18 +536,7 @@ impl Kernel for DepthwiseKernel {
             self.w_shape
         );
         let (xv, wv) = (x.as_slice::<f32>()?, w.as_slice::<f32>()?);
-        let bias = match inputs.get(2).copied().flatten() {
-            Some(b) => {
-                op_ensure!(
-                    b.numel() == self.channels,
-                    "input 2 (B) has {} elements, expected {}",
-                    b.numel(),
-                    self.channels
-                );
-                Some(b.as_slice::<f32>()?)
-            }
-            None => None,
-        };
+        let bias = crate::conv::bias_input(inputs, self.channels)?;
         let y = outputs
             .first_mut()
             .ok_or_else(|| OpError("no output".into()))?;

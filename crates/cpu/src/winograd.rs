@@ -360,18 +360,7 @@ impl Kernel for WinogradKernel {
             x.shape(),
             self.x_shape
         );
-        let bias = match inputs.get(2).copied().flatten() {
-            Some(b) => {
-                op_ensure!(
-                    b.numel() == self.m,
-                    "input 2 (B) has {} elements, expected {}",
-                    b.numel(),
-                    self.m
-                );
-                Some(b.as_slice::<f32>()?)
-            }
-            None => None,
-        };
+        let bias = crate::conv::bias_input(inputs, self.m)?;
         let xv = x.as_slice::<f32>()?;
         let y = outputs
             .first_mut()
