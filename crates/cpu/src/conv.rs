@@ -85,6 +85,11 @@ pub(crate) fn bias_input<'a>(
     }
 }
 
+/// Input channels from which a 3x3 stride-1 conv runs as Winograd rather than im2col. Its 16
+/// GEMMs have depth C: shallower ones spend more on storing and transforming products than
+/// they save in multiplies (squeezenet's 16..48-channel expand convs run faster as im2col).
+const WINOGRAD_MIN_IN_CHANNELS: usize = 64;
+
 /// The best kernel for a Conv: depthwise direct, or im2col/pointwise GEMM. `None` when the
 /// shapes fall outside what these kernels handle.
 pub fn build(
@@ -100,8 +105,12 @@ pub fn build(
     {
         return Ok(Some(Box::new(k)));
     }
-    if let Some(k) = crate::winograd::WinogradKernel::new(gemm, &s, activation, x_shape, w_value)? {
-        return Ok(Some(Box::new(k)));
+    if s.in_channels >= WINOGRAD_MIN_IN_CHANNELS {
+        if let Some(k) =
+            crate::winograd::WinogradKernel::new(gemm, &s, activation, x_shape, w_value)?
+        {
+            return Ok(Some(Box::new(k)));
+        }
     }
     Ok(
         ConvKernel::new(gemm, s, activation, x_shape, w_shape, w_value)?
