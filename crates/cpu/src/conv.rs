@@ -239,9 +239,27 @@ impl ConvKernel {
                                     }
                                     seg[hi..].fill(0.0);
                                 } else {
-                                    for (t, v) in seg.iter_mut().enumerate() {
-                                        let iw = ((ow0 + t) * s2 + off).wrapping_sub(pad2);
-                                        *v = row.get(iw).copied().unwrap_or(0.0);
+                                    // iw = first + t * s2: gather the in-bounds range [lo, hi).
+                                    let first = (ow0 * s2 + off) as isize - pad2 as isize;
+                                    let lo = if first >= 0 {
+                                        0
+                                    } else {
+                                        first.unsigned_abs().div_ceil(s2).min(run)
+                                    };
+                                    let hi = if first >= i2 as isize {
+                                        lo
+                                    } else {
+                                        (i2 as isize - first)
+                                            .unsigned_abs()
+                                            .div_ceil(s2)
+                                            .clamp(lo, run)
+                                    };
+                                    seg[..lo].fill(0.0);
+                                    seg[hi..].fill(0.0);
+                                    let start = (first + (lo * s2) as isize) as usize;
+                                    let taps = row[start.min(i2)..].iter().step_by(s2);
+                                    for (v, &x) in seg[lo..hi].iter_mut().zip(taps) {
+                                        *v = x;
                                     }
                                 }
                             }
