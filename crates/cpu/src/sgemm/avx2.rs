@@ -52,8 +52,16 @@ pub(super) unsafe fn kernel(
     nr: usize,
     e: &TileEpi,
 ) {
-    // SAFETY: the loads stay within the kc steps of each panel; stores within the tile.
+    // SAFETY: the loads stay within the kc steps of each panel; stores within the tile. The
+    // prefetches may name addresses past C (wrapping arithmetic, no access): a prefetch never
+    // faults and changes no memory.
     unsafe {
+        // The driver's next tile to the right (same rows, next NR columns) is stored a
+        // panel's worth of calls later: fetch its lines now so that store does not stall.
+        for i in 0..mr {
+            let p = c.wrapping_add(i * rsc + NR);
+            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
+        }
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let (mut ap, mut bp) = (a, b);
         for _ in 0..kc {
