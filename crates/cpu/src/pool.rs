@@ -1,8 +1,9 @@
 //! f32 MaxPool / AveragePool over N x C x H x W and the global pools.
 //!
-//! Each output row accumulates one (kh, kw) tap at a time over the range of output columns
-//! whose tap lies inside the input, so no per-element bounds tests remain in the inner loop.
-//! Taps are visited in the reference's order per output (kh, then kw).
+//! Each output row first reduces its window's valid input rows into one row buffer that carries
+//! the horizontal padding as the reduction's identity (-inf for max, 0 for a sum), so the
+//! horizontal pass reads every tap without bounds tests: tap by tap over contiguous slices for
+//! stride 1, output by output otherwise.
 
 use crate::fast::{f32_shape, for_chunks, input, output};
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
@@ -79,22 +80,6 @@ impl AxisPlan {
     }
 }
 
-/// The range of outputs along an axis for which tap `k` is inside the input.
-fn out_range(g: &AxisGeometry, k: usize) -> (usize, usize) {
-    // o * stride + k * dilation - pad in [0, input).
-    let off = (k * g.dilation) as i64 - g.pad_begin as i64;
-    let s = g.stride as i64;
-    let first = if off >= 0 { 0 } else { (-off + s - 1) / s };
-    let end = if (g.input as i64) <= off {
-        0
-    } else {
-        (g.input as i64 - off + s - 1) / s
-    };
-    let first = (first as usize).min(g.output);
-    let end = (end as usize).min(g.output);
-    (first, end.max(first))
-}
-
 #[derive(Debug)]
 struct PoolKernel {
     x: Vec<usize>,
@@ -107,58 +92,73 @@ struct PoolKernel {
 }
 
 impl PoolKernel {
+    /// Length of the padded row buffer: the input row behind `pad_begin` padding values, and
+    /// enough padding after it for the last output's last tap.
+    fn padded_row_len(&self) -> usize {
+        let g = &self.gw;
+        let last_tap = (g.output.max(1) - 1) * g.stride + (g.kernel.max(1) - 1) * g.dilation + 1;
+        last_tap.max(g.pad_begin + g.input)
+    }
+
+    /// The value padding contributes: nothing to a sum, never a maximum.
+    fn identity(&self) -> f32 {
+        if self.avg {
+            0.0
+        } else {
+            f32::NEG_INFINITY
+        }
+    }
+
     /// One plane: per output row, first reduce the valid input rows of the window into one
-    /// row (contiguous, vectorises), then reduce each output's horizontal taps from it.
+    /// padded row (contiguous, vectorises), then reduce each output's horizontal taps from
+    /// it. `vrow` holds [`Self::padded_row_len`] values whose padding is the identity.
     fn plane(&self, src: &[f32], dst: &mut [f32], vrow: &mut [f32]) {
         let (gh, gw) = (&self.gh, &self.gw);
         let (iw, ow) = (gw.input, gw.output);
-        let init = if self.avg { 0.0 } else { f32::NEG_INFINITY };
-        let wr: Vec<(usize, usize)> = (0..gw.kernel).map(|k| out_range(gw, k)).collect();
+        let (k, s, d) = (gw.kernel, gw.stride, gw.dilation);
         for (oh, row) in dst.chunks_exact_mut(ow).enumerate() {
-            vrow.fill(init);
+            let inner = &mut vrow[gw.pad_begin..gw.pad_begin + iw];
+            inner.fill(self.identity());
             for kh in self.h.lo[oh]..self.h.hi[oh] {
                 let ih = gh.tap(oh, kh) as usize;
                 let xr = &src[ih * iw..(ih + 1) * iw];
                 if self.avg {
-                    for (o, &v) in vrow.iter_mut().zip(xr) {
+                    for (o, &v) in inner.iter_mut().zip(xr) {
                         *o += v;
                     }
                 } else {
-                    for (o, &v) in vrow.iter_mut().zip(xr) {
+                    for (o, &v) in inner.iter_mut().zip(xr) {
                         *o = if v > *o { v } else { *o };
                     }
                 }
             }
-            row.fill(init);
-            for (kw, &(o0, o1)) in wr.iter().enumerate() {
-                if o0 >= o1 {
-                    continue;
-                }
-                let base = o0 * gw.stride + kw * gw.dilation - gw.pad_begin;
-                let out = &mut row[o0..o1];
-                if gw.stride == 1 {
-                    let xs = &vrow[base..base + out.len()];
+            let vrow: &[f32] = vrow;
+            if s == 1 {
+                // Tap by tap over contiguous slices: vectorises.
+                row.copy_from_slice(&vrow[..ow]);
+                for kw in 1..k {
+                    let xs = &vrow[kw * d..kw * d + ow];
                     if self.avg {
-                        for (o, &v) in out.iter_mut().zip(xs) {
+                        for (o, &v) in row.iter_mut().zip(xs) {
                             *o += v;
                         }
                     } else {
-                        for (o, &v) in out.iter_mut().zip(xs) {
+                        for (o, &v) in row.iter_mut().zip(xs) {
                             *o = if v > *o { v } else { *o };
                         }
                     }
-                } else {
-                    let s = gw.stride;
-                    if self.avg {
-                        for (j, o) in out.iter_mut().enumerate() {
-                            *o += vrow[base + j * s];
-                        }
+                }
+            } else {
+                // Output by output, the window's taps reduced in registers.
+                let span = (k.max(1) - 1) * d + 1;
+                for (j, o) in row.iter_mut().enumerate() {
+                    let mut taps = vrow[j * s..j * s + span].iter().step_by(d);
+                    let first = *taps.next().expect("a window has a tap");
+                    *o = if self.avg {
+                        taps.fold(first, |a, &v| a + v)
                     } else {
-                        for (j, o) in out.iter_mut().enumerate() {
-                            let v = vrow[base + j * s];
-                            *o = if v > *o { v } else { *o };
-                        }
-                    }
+                        taps.fold(first, |a, &v| if v > a { v } else { a })
+                    };
                 }
             }
             if self.avg {
@@ -187,7 +187,7 @@ impl Kernel for PoolKernel {
         let taps = self.gh.kernel * self.gw.kernel;
         for_chunks(y, op.max(1), taps.max(1), |s, c| {
             let p0 = s / op.max(1);
-            let mut vrow = vec![0.0f32; self.gw.input];
+            let mut vrow = vec![self.identity(); self.padded_row_len()];
             for (i, dst) in c.chunks_exact_mut(op.max(1)).enumerate() {
                 let p = p0 + i;
                 self.plane(&x[p * ip..(p + 1) * ip], dst, &mut vrow);
