@@ -150,15 +150,23 @@ impl PoolKernel {
                 }
             } else {
                 // Output by output, the window's taps reduced in registers.
-                let span = (k.max(1) - 1) * d + 1;
-                for (j, o) in row.iter_mut().enumerate() {
-                    let mut taps = vrow[j * s..j * s + span].iter().step_by(d);
-                    let first = *taps.next().expect("a window has a tap");
-                    *o = if self.avg {
-                        taps.fold(first, |a, &v| a + v)
-                    } else {
-                        taps.fold(first, |a, &v| if v > a { v } else { a })
-                    };
+                match (self.avg, k, d) {
+                    (false, 3, 1) => strided::<3, true>(vrow, row, s),
+                    (false, 2, 1) => strided::<2, true>(vrow, row, s),
+                    (true, 3, 1) => strided::<3, false>(vrow, row, s),
+                    (true, 2, 1) => strided::<2, false>(vrow, row, s),
+                    _ => {
+                        let span = (k.max(1) - 1) * d + 1;
+                        for (j, o) in row.iter_mut().enumerate() {
+                            let mut taps = vrow[j * s..j * s + span].iter().step_by(d);
+                            let first = *taps.next().expect("a window has a tap");
+                            *o = if self.avg {
+                                taps.fold(first, |a, &v| a + v)
+                            } else {
+                                taps.fold(first, |a, &v| if v > a { v } else { a })
+                            };
+                        }
+                    }
                 }
             }
             if self.avg {
@@ -240,5 +248,25 @@ impl Kernel for GlobalPoolKernel {
 
     fn name(&self) -> &str {
         "cpu.globalpool"
+    }
+}
+
+/// `row[j]` = max (or sum) of the `K` consecutive values of `vrow` from `j * s`: the common
+/// strided windows with the tap count known at compile time, so the taps stay in registers.
+fn strided<const K: usize, const MAX: bool>(vrow: &[f32], row: &mut [f32], s: usize) {
+    for (o, w) in row.iter_mut().zip(vrow.windows(K).step_by(s)) {
+        let mut a = w[0];
+        for &v in &w[1..K] {
+            a = if MAX {
+                if v > a {
+                    v
+                } else {
+                    a
+                }
+            } else {
+                a + v
+            };
+        }
+        *o = a;
     }
 }
