@@ -195,6 +195,44 @@ impl WinogradKernel {
         v: &mut Vec<f32>,
         z: &mut Vec<f32>,
     ) -> OpResult<()> {
+        #[cfg(target_arch = "x86_64")]
+        if self.gemm.isa == crate::sgemm::Isa::Avx2Fma {
+            // SAFETY: the Avx2Fma GEMM is only chosen on CPUs with AVX2 and FMA, the only
+            // requirement of the target_feature function, whose body is safe code.
+            return unsafe { self.block_avx2(x, ty0, ty1, bias, out, v, z) };
+        }
+        self.block_impl(x, ty0, ty1, bias, out, v, z)
+    }
+
+    /// [`Self::block`] compiled for AVX2, so the transforms' loops use 8-wide vectors.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block_avx2(
+        &self,
+        x: &[f32],
+        ty0: usize,
+        ty1: usize,
+        bias: Option<&[f32]>,
+        out: &mut [&mut [f32]],
+        v: &mut Vec<f32>,
+        z: &mut Vec<f32>,
+    ) -> OpResult<()> {
+        self.block_impl(x, ty0, ty1, bias, out, v, z)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn block_impl(
+        &self,
+        x: &[f32],
+        ty0: usize,
+        ty1: usize,
+        bias: Option<&[f32]>,
+        out: &mut [&mut [f32]],
+        v: &mut Vec<f32>,
+        z: &mut Vec<f32>,
+    ) -> OpResult<()> {
         let (_, tw) = self.tiles();
         let (h, w, c, m) = (self.h, self.w, self.c, self.m);
         let n = (ty1 - ty0) * tw;
