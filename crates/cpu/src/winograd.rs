@@ -348,8 +348,9 @@ impl WinogradKernel {
                     let mut zz = [[0f32; L]; 16];
                     for (p, zp) in zz.iter_mut().enumerate() {
                         let src = &z[(p * m + mi) * n + t0 + x0..];
-                        if l == L {
-                            // A fixed-size copy: vector moves, not a memmove call.
+                        if src.len() >= L {
+                            // A fixed-size copy: vector moves, not a memmove call. Lanes past
+                            // `l` (the next tiles' values) are computed but never stored.
                             *zp = src[..L].try_into().expect("L values");
                         } else {
                             // Element by element: a short memmove call per plane costs more.
@@ -373,6 +374,21 @@ impl WinogradKernel {
                     }
                     for (i, orow) in out_rows.chunks_exact_mut(ow).enumerate() {
                         let (even, odd) = (&y[2 * i], &y[2 * i + 1]);
+                        if l == L && 2 * (x0 + L) <= ow {
+                            // A whole chunk: interleave in registers, one fixed-size store.
+                            let mut pairs = [0f32; 2 * L];
+                            for (pair, (&e, &o)) in
+                                pairs.chunks_exact_mut(2).zip(even.iter().zip(odd))
+                            {
+                                pair[0] = e;
+                                pair[1] = o;
+                            }
+                            let dst: &mut [f32; 2 * L] = (&mut orow[2 * x0..2 * (x0 + L)])
+                                .try_into()
+                                .expect("2L values");
+                            *dst = pairs;
+                            continue;
+                        }
                         for (q, (&e, &o)) in even.iter().zip(odd).take(l).enumerate() {
                             let col = 2 * (x0 + q);
                             orow[col] = e;
