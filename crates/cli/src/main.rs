@@ -47,6 +47,9 @@ struct EngineArgs {
     /// Use only the reference implementations (slow; for debugging kernels).
     #[arg(long)]
     reference: bool,
+    /// Let the OS move worker threads between CPUs (by default each is pinned to its own).
+    #[arg(long)]
+    no_pin: bool,
 }
 
 impl EngineArgs {
@@ -55,6 +58,7 @@ impl EngineArgs {
             threads: self.threads,
             disabled_passes: self.disable_pass.clone(),
             optimized_kernels: !self.reference,
+            pin_threads: !self.no_pin,
         }
     }
 }

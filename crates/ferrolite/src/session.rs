@@ -34,6 +34,11 @@ pub struct SessionOptions {
     pub disabled_passes: Vec<String>,
     /// Use the optimised CPU kernels (false: reference implementations only, for debugging).
     pub optimized_kernels: bool,
+    /// Pin each worker thread to its own CPU (when there are several workers and the OS
+    /// supports it). Without it, Linux may wake two workers on one CPU after other programs
+    /// ran and leave them sharing it for a whole run; turn it off when several sessions or
+    /// programs must share the CPUs.
+    pub pin_threads: bool,
 }
 
 impl Default for SessionOptions {
@@ -42,6 +47,7 @@ impl Default for SessionOptions {
             threads: 0,
             disabled_passes: Vec::new(),
             optimized_kernels: true,
+            pin_threads: true,
         }
     }
 }
@@ -50,6 +56,12 @@ impl SessionOptions {
     /// Sets the number of kernel worker threads (0: one per core).
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads;
+        self
+    }
+
+    /// Pins (or not) each worker thread to its own CPU; see [`SessionOptions::pin_threads`].
+    pub fn with_thread_pinning(mut self, pin: bool) -> Self {
+        self.pin_threads = pin;
         self
     }
 
@@ -469,9 +481,16 @@ impl Session {
             .collect::<Result<Vec<_>>>()?;
         let workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>> = Arc::default();
         let spawned = workers.clone();
+        // One worker has nothing to share its CPU with; pinning would only constrain it.
+        let pin = options.pin_threads && options.threads != 1;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(options.threads)
             .thread_name(|i| format!("ferrolite-{i}"))
+            .start_handler(move |i| {
+                if pin {
+                    pin_to_cpu(i)
+                }
+            })
             .spawn_handler(move |thread| {
                 let mut b = std::thread::Builder::new();
                 if let Some(name) = thread.name() {
@@ -749,5 +768,74 @@ impl Session {
         }
         let outputs = self.run_refs(inputs)?;
         names.iter().map(|n| outputs.require(n).cloned()).collect()
+    }
+}
+
+/// The CPUs the calling thread may run on, in order (`None` when they cannot be read).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn allowed_cpus() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data (all-zero is the empty set); sched_getaffinity gets a
+    // pointer to a set of the size it is told, alive across the call; pid 0 is this thread.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        set
+    };
+    // SAFETY: CPU_ISSET reads the set above at indices below CPU_SETSIZE.
+    let cpus = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    Some(cpus)
+}
+
+/// Pins the calling thread to one CPU of those the thread may run on: the `index`-th, wrapping.
+/// Nothing happens when fewer than two CPUs are allowed or the calls fail.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn pin_to_cpu(index: usize) {
+    let Some(cpus) = allowed_cpus().filter(|c| c.len() >= 2) else {
+        return;
+    };
+    // SAFETY: as in allowed_cpus; CPU_SET writes a CPU number below CPU_SETSIZE (it came from
+    // the allowed set) into a set that lives across the sched_setaffinity call.
+    unsafe {
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpus[index % cpus.len()], &mut one);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn pin_to_cpu(_index: usize) {}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_thread_runs_on_one_allowed_cpu() {
+        std::thread::spawn(|| {
+            let before = allowed_cpus().unwrap();
+            pin_to_cpu(1);
+            let after = allowed_cpus().unwrap();
+            if before.len() >= 2 {
+                assert_eq!(after, vec![before[1]]);
+            } else {
+                assert_eq!(after, before);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn options_pin_by_default_and_can_turn_it_off() {
+        assert!(SessionOptions::default().pin_threads);
+        assert!(
+            !SessionOptions::default()
+                .with_thread_pinning(false)
+                .pin_threads
+        );
     }
 }
