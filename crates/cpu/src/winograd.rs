@@ -194,14 +194,15 @@ impl WinogradKernel {
         out: &mut [&mut [f32]],
         v: &mut Vec<f32>,
         z: &mut Vec<f32>,
+        inner: bool,
     ) -> OpResult<()> {
         #[cfg(target_arch = "x86_64")]
         if self.gemm.isa == crate::sgemm::Isa::Avx2Fma {
             // SAFETY: the Avx2Fma GEMM is only chosen on CPUs with AVX2 and FMA, the only
             // requirement of the target_feature function, whose body is safe code.
-            return unsafe { self.block_avx2(x, ty0, ty1, bias, out, v, z) };
+            return unsafe { self.block_avx2(x, ty0, ty1, bias, out, v, z, inner) };
         }
-        self.block_impl(x, ty0, ty1, bias, out, v, z)
+        self.block_impl(x, ty0, ty1, bias, out, v, z, inner)
     }
 
     /// [`Self::block`] compiled for AVX2, so the transforms' loops use 8-wide vectors.
@@ -217,8 +218,9 @@ impl WinogradKernel {
         out: &mut [&mut [f32]],
         v: &mut Vec<f32>,
         z: &mut Vec<f32>,
+        inner: bool,
     ) -> OpResult<()> {
-        self.block_impl(x, ty0, ty1, bias, out, v, z)
+        self.block_impl(x, ty0, ty1, bias, out, v, z, inner)
     }
 
     #[inline(always)]
@@ -232,6 +234,7 @@ impl WinogradKernel {
         out: &mut [&mut [f32]],
         v: &mut Vec<f32>,
         z: &mut Vec<f32>,
+        inner: bool,
     ) -> OpResult<()> {
         let (_, tw) = self.tiles();
         let (h, w, c, m) = (self.h, self.w, self.c, self.m);
@@ -309,14 +312,14 @@ impl WinogradKernel {
                 }
             }
         }
-        for p in 0..16 {
+        let gemm_plane = |(p, zp): (usize, &mut [f32])| {
             let b = MatRef {
                 data: &v[p * c * n..(p + 1) * c * n],
                 rs: n,
                 cs: 1,
             };
             let zp = MatMut {
-                data: &mut z[p * m * n..(p + 1) * m * n],
+                data: zp,
                 rs: n,
                 cs: 1,
             };
@@ -331,13 +334,26 @@ impl WinogradKernel {
                 zp,
                 &Epilogue::default(),
                 false,
-            )?;
+            )
+        };
+        let planes = &mut z[..16 * m * n];
+        if inner {
+            planes
+                .par_chunks_mut(m * n)
+                .enumerate()
+                .try_for_each(gemm_plane)?;
+        } else {
+            planes
+                .chunks_mut(m * n)
+                .enumerate()
+                .try_for_each(gemm_plane)?;
         }
+        let z: &[f32] = z;
         // Output transform, across the tiles of a tile row in chunks of 8 (vectorisable),
         // then bias and activation on each finished output row.
         let (oh, ow) = (self.oh, self.ow);
         const L: usize = 8;
-        for (mi, yc) in out.iter_mut().enumerate() {
+        let per_channel = |(mi, yc): (usize, &mut &mut [f32])| {
             let bv = bias.map_or(0.0, |b| b[mi]);
             for ty in ty0..ty1 {
                 let t0 = (ty - ty0) * tw;
@@ -400,6 +416,11 @@ impl WinogradKernel {
                 }
                 crate::sgemm::activate(self.activation, out_rows);
             }
+        };
+        if inner {
+            out.par_iter_mut().enumerate().for_each(per_channel);
+        } else {
+            out.iter_mut().enumerate().for_each(per_channel);
         }
         Ok(())
     }
@@ -427,7 +448,12 @@ impl Kernel for WinogradKernel {
             .step_by(rows)
             .map(|a| (a, (a + rows).min(th)))
             .collect();
-        let parallel = self.m * self.c * oh * ow * 9 >= PARALLEL_MACS && blocks.len() > 1;
+        // Blocks run in parallel when there are enough of them to go round; otherwise (small
+        // images, e.g. 7x7 with one block) each block spreads its GEMMs and output transform.
+        let big = self.m * self.c * oh * ow * 9 >= PARALLEL_MACS;
+        let threads = rayon::current_num_threads();
+        let parallel = big && blocks.len() >= threads && blocks.len() > 1;
+        let inner = big && !parallel && threads > 1;
         let in_image = self.c * self.h * self.w;
         let out_image = self.m * oh * ow;
         for (xi, yi) in xv.chunks_exact(in_image).zip(y.chunks_exact_mut(out_image)) {
@@ -447,7 +473,16 @@ impl Kernel for WinogradKernel {
             let work =
                 |scratch: &mut (Vec<f32>, Vec<f32>),
                  ((a, b), mut piece): ((usize, usize), Vec<&mut [f32]>)| {
-                    self.block(xi, a, b, bias, &mut piece, &mut scratch.0, &mut scratch.1)
+                    self.block(
+                        xi,
+                        a,
+                        b,
+                        bias,
+                        &mut piece,
+                        &mut scratch.0,
+                        &mut scratch.1,
+                        inner,
+                    )
                 };
             if parallel {
                 blocks
@@ -522,6 +557,11 @@ mod tests {
             Some(Activation::Clip { min: 0.0, max: 6.0 }),
         ];
         let mut case = 0;
+        // Two workers whatever the machine, so both ways of spreading the work run.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
         for gemm in [Sgemm::default(), Sgemm::portable()] {
             for &(n, c, m, h, w) in &[
                 (1, 16, 16, 4, 4),
@@ -531,6 +571,8 @@ mod tests {
                 (1, 64, 64, 14, 14),
                 // Several blocks of tile rows, the last one partial, on several threads.
                 (1, 16, 16, 41, 37),
+                // One block of enough work to spread its GEMMs over the threads.
+                (1, 128, 64, 7, 7),
             ] {
                 for pads in [[0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 1, 0], [2, 0, 1, 2]] {
                     case += 1;
@@ -562,7 +604,7 @@ mod tests {
                         [Tensor::zeros(ferrolite_core::DType::F32, want.shape()).unwrap()];
                     // Twice: the second run reuses the scratch buffers.
                     for _ in 0..2 {
-                        k.run(&ins, &mut out).unwrap();
+                        pool.install(|| k.run(&ins, &mut out)).unwrap();
                         let got = out[0].as_slice::<f32>().unwrap();
                         let want = want.as_slice::<f32>().unwrap();
                         for (i, (g, r)) in got.iter().zip(want).enumerate() {
