@@ -333,7 +333,7 @@ impl Kernel for ConvKernel {
         let mut nblocks = p_total.div_ceil((budget / kdim.max(1)).max(4 * NR));
         let pairs = self.s.batch * group;
         let flops = 2 * mg * kdim * p_total * pairs;
-        let par = threads > 1 && flops >= 1 << 21;
+        let par = threads > 1 && flops >= 1 << 19;
         if par && pairs < threads {
             let want = threads.div_ceil(pairs);
             nblocks = nblocks.div_ceil(want) * want;

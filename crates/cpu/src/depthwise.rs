@@ -586,7 +586,7 @@ impl Kernel for DepthwiseKernel {
         };
         // About 64K multiply-adds per task.
         let min_len = (65536 / (out_plane * taps).max(1)).max(1);
-        if rayon::current_num_threads() > 1 && yv.len() * taps >= 1 << 16 {
+        if rayon::current_num_threads() > 1 && yv.len() * taps >= 1 << 14 {
             yv.par_chunks_mut(out_plane)
                 .enumerate()
                 .with_min_len(min_len)
@@ -642,7 +642,7 @@ impl DepthwiseKernel {
                     .map(move |(b, y)| (n, b, y))
             });
         let work = (self.batch * c * out_plane).saturating_mul(taps);
-        if rayon::current_num_threads() > 1 && work >= 1 << 16 {
+        if rayon::current_num_threads() > 1 && work >= 1 << 14 {
             // About 64K multiply-adds per task.
             let min_len = (65536 / (LANES * out_plane * taps).max(1)).max(1);
             tasks

@@ -7,7 +7,7 @@ use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
 /// Below this many output elements a kernel stays on the calling thread.
-pub(crate) const PAR_MIN: usize = 1 << 16;
+pub(crate) const PAR_MIN: usize = 1 << 14;
 
 /// The kernel for a request among the cheap ops, or `None`.
 pub(crate) fn pick(req: &KernelRequest) -> Option<Box<dyn Kernel>> {

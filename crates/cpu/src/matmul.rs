@@ -114,7 +114,7 @@ impl Kernel for MatMulKernel {
                 .gemm(m, k, n, 1.0, a_mat, b_mat, false, c, &epi, parallel)
         };
         let threads = rayon::current_num_threads();
-        if batches > 1 && batches >= threads && 2 * m * n * k * batches >= 1 << 20 {
+        if batches > 1 && batches >= threads && 2 * m * n * k * batches >= 1 << 18 {
             yv.par_chunks_mut(m * n)
                 .zip(self.a_index.par_iter().zip(&self.b_index))
                 .try_for_each(|(out, (&ia, &ib))| one(out, ia, ib, false))

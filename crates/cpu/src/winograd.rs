@@ -22,7 +22,7 @@ use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
 
 /// Work (multiply-adds of the direct convolution) below which a conv runs on one thread.
-const PARALLEL_MACS: usize = 1 << 20;
+const PARALLEL_MACS: usize = 1 << 18;
 
 /// Scratch budget of one block of tiles (transformed inputs and products), in bytes.
 const L2_BYTES: usize = 256 * 1024;

@@ -9,7 +9,7 @@ use super::{store_scalar, Isa, Problem, SendPtr, Src, KC, MR, NR};
 pub(crate) const GEMV_MAX_M: usize = 4;
 
 /// Multiply-accumulates per rayon task below which the strips stay on one thread.
-const PAR_MACS: usize = 1 << 16;
+const PAR_MACS: usize = 1 << 14;
 
 /// Accumulator rows of one strip (only the first `m` are used).
 type Acc = [[f32; NR]; MR];

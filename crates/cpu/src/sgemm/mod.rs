@@ -453,7 +453,7 @@ impl Problem<'_> {
             1
         };
         let flops = 2 * self.m * self.n * self.k.max(1);
-        let tasks = threads.min(flops / (1 << 20)).max(1);
+        let tasks = threads.min(flops / (1 << 18)).max(1);
         if tasks <= 1 {
             // SAFETY: forwarded from the caller.
             unsafe { self.run_block(c, rsc, 0, self.m, 0, self.n) };
