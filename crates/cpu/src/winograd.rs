@@ -1,18 +1,21 @@
-//! 3x3 stride-1 convolution by Winograd's minimal filtering F(2x2, 3x3).
+//! 3x3 stride-1 convolution by Winograd's minimal filtering, F(2x2, 3x3) or F(4x4, 3x3).
 //!
-//! Each 2x2 block of outputs ("tile") is computed from a 4x4 input patch with 16 multiplies per
-//! (input channel, output channel) instead of 36. Over all tiles that becomes 16 independent
-//! GEMMs, one per position of the 4x4 transformed patch:
+//! Each T x T block of outputs ("tile", T = 2 or 4) is computed from an A x A input patch
+//! (A = T + 2) with A^2 multiplies per (input channel, output channel) instead of 9 T^2. Over
+//! all tiles that becomes A^2 independent GEMMs, one per position of the transformed patch:
 //!
 //! ```text
 //! U[p] = (G g G^T)[p]   weights, [M x C], transformed and packed once at plan build
-//! V[p] = (B^T d B)[p]   inputs,  [C x T] over the T tiles, transformed per run
-//! Z[p] = U[p] * V[p]    [M x T]
-//! y    = A^T Z A        the 2x2 outputs of each tile, then bias and activation
+//! V[p] = (B^T d B)[p]   inputs,  [C x n] over the n tiles of a block, transformed per run
+//! Z[p] = U[p] * V[p]    [M x n]
+//! y    = A^T Z A        the T x T outputs of each tile, then bias and activation
 //! ```
 //!
-//! F(2x2, 3x3) keeps the transforms to additions and halvings, so its results stay within a few
-//! ulps of the direct sum (larger tiles trade accuracy for speed; we do not use them).
+//! F(2x2, 3x3) (2.25x fewer multiplies) keeps the transforms to additions and halvings, so its
+//! results stay within a few ulps of the direct sum. F(4x4, 3x3) (4x fewer; points 0, +-1,
+//! +-2) scales values by up to 100 in its transforms and rounds relative to the size of the
+//! outputs around (resnet18's logits move by 6e-6 instead of 3e-6); it needs enough tiles to
+//! fill its GEMMs, so the conv picks it for larger outputs only.
 
 use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side};
 use ferrolite_core::ops::linalg::conv::ConvShapes;
@@ -27,10 +30,108 @@ const PARALLEL_MACS: usize = 1 << 18;
 /// Scratch budget of one block of tiles (transformed inputs and products), in bytes.
 const L2_BYTES: usize = 256 * 1024;
 
+/// The output tile of a Winograd convolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WinogradTile {
+    /// F(2x2, 3x3): 4x4 input patches, 16 GEMMs, 2.25x fewer multiplies.
+    F2,
+    /// F(4x4, 3x3): 6x6 input patches, 36 GEMMs, 4x fewer multiplies.
+    F4,
+}
+
+impl WinogradTile {
+    /// Output tile edge T.
+    pub fn outputs(self) -> usize {
+        match self {
+            WinogradTile::F2 => 2,
+            WinogradTile::F4 => 4,
+        }
+    }
+
+    /// Input patch edge A = T + 2.
+    pub fn patch(self) -> usize {
+        self.outputs() + 2
+    }
+
+    /// G (A x 3), the filter transform.
+    fn g(self) -> &'static [[f64; 3]] {
+        match self {
+            WinogradTile::F2 => &[
+                [1.0, 0.0, 0.0],
+                [0.5, 0.5, 0.5],
+                [0.5, -0.5, 0.5],
+                [0.0, 0.0, 1.0],
+            ],
+            WinogradTile::F4 => &[
+                [1.0 / 4.0, 0.0, 0.0],
+                [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+                [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+                [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+                [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+                [0.0, 0.0, 1.0],
+            ],
+        }
+    }
+}
+
+/// B^T d for one F(4x4) patch row (points 0, 1, -1, 2, -2 and infinity).
+#[inline(always)]
+fn bt4(d: &[f32]) -> [f32; 6] {
+    let (d0, d1, d2, d3, d4, d5) = (d[0], d[1], d[2], d[3], d[4], d[5]);
+    [
+        4.0 * d0 - 5.0 * d2 + d4,
+        -4.0 * (d1 + d2) + d3 + d4,
+        4.0 * (d1 - d2) - d3 + d4,
+        -2.0 * (d1 - d3) - d2 + d4,
+        2.0 * (d1 - d3) - d2 + d4,
+        4.0 * d1 - 5.0 * d3 + d5,
+    ]
+}
+
+/// A^T m for one F(4x4) column of six products.
+#[inline(always)]
+fn at4(m: [f32; 6]) -> [f32; 4] {
+    let (m0, m1, m2, m3, m4, m5) = (m[0], m[1], m[2], m[3], m[4], m[5]);
+    let (s12, d12, s34, d34) = (m1 + m2, m1 - m2, m3 + m4, m3 - m4);
+    [
+        m0 + s12 + s34,
+        d12 + 2.0 * d34,
+        s12 + 4.0 * s34,
+        d12 + 8.0 * d34 + m5,
+    ]
+}
+
+/// Tiles per chunk of the output transforms.
+const CHUNK: usize = 8;
+
+/// The products of [`CHUNK`] consecutive tiles from `start` for output channel `mi`, one row per
+/// patch position (`P` of them; Z is `P x M x n`). Lanes past the chunk's tiles hold the next
+/// tiles' values (computed on, never stored); lanes past the end of `z` are zero. Fixed-size
+/// copies compile to vector moves, not memmove calls.
+#[inline(always)]
+fn load_chunk<const P: usize>(
+    z: &[f32],
+    m: usize,
+    mi: usize,
+    n: usize,
+    start: usize,
+) -> [[f32; CHUNK]; P] {
+    let mut zz = [[0f32; CHUNK]; P];
+    for (p, zp) in zz.iter_mut().enumerate() {
+        let src = &z[(p * m + mi) * n + start..];
+        match src.get(..CHUNK) {
+            Some(full) => *zp = full.try_into().expect("CHUNK values"),
+            None => zp[..src.len()].copy_from_slice(src),
+        }
+    }
+    zz
+}
+
 /// The kernel for one Conv node.
 #[derive(Debug)]
 pub struct WinogradKernel {
     gemm: Sgemm,
+    tile: WinogradTile,
     /// Input channels, output channels.
     c: usize,
     m: usize,
@@ -42,29 +143,25 @@ pub struct WinogradKernel {
     pad_top: usize,
     pad_left: usize,
     x_shape: Vec<usize>,
-    /// `U[p]` for the 16 patch positions, packed as left operands.
+    /// `U[p]` for the A^2 patch positions, packed as left operands.
     u: Vec<PackedMatrix>,
     activation: Option<Activation>,
 }
 
-/// G g G^T for one 3x3 filter `g` (row-major), computed in f64.
-fn transform_filter(g: &[f32]) -> [f64; 16] {
-    let g = |i: usize, j: usize| g[i * 3 + j] as f64;
-    // G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]
-    let mut t = [[0f64; 3]; 4];
-    #[allow(clippy::needless_range_loop)] // the formulas read best with explicit indices
-    for j in 0..3 {
-        t[0][j] = g(0, j);
-        t[1][j] = 0.5 * (g(0, j) + g(1, j) + g(2, j));
-        t[2][j] = 0.5 * (g(0, j) - g(1, j) + g(2, j));
-        t[3][j] = g(2, j);
-    }
-    let mut u = [0f64; 16];
-    for i in 0..4 {
-        u[i * 4] = t[i][0];
-        u[i * 4 + 1] = 0.5 * (t[i][0] + t[i][1] + t[i][2]);
-        u[i * 4 + 2] = 0.5 * (t[i][0] - t[i][1] + t[i][2]);
-        u[i * 4 + 3] = t[i][2];
+/// G g G^T (A x A, row-major) for one 3x3 filter `g` (row-major), computed in f64.
+fn transform_filter(g: &[f32], tile: WinogradTile) -> Vec<f64> {
+    let gm = tile.g();
+    let a = gm.len();
+    // t = G g (A x 3), then u = t G^T (A x A).
+    let t: Vec<[f64; 3]> = gm
+        .iter()
+        .map(|gi| std::array::from_fn(|j| (0..3).map(|k| gi[k] * g[k * 3 + j] as f64).sum()))
+        .collect();
+    let mut u = vec![0f64; a * a];
+    for (i, ti) in t.iter().enumerate() {
+        for (j, gj) in gm.iter().enumerate() {
+            u[i * a + j] = (0..3).map(|k| ti[k] * gj[k]).sum();
+        }
     }
     u
 }
@@ -114,6 +211,7 @@ impl WinogradKernel {
     /// weights and enough channels for the transforms to pay off.
     pub fn new(
         gemm: Sgemm,
+        tile: WinogradTile,
         s: &ConvShapes,
         activation: Option<Activation>,
         x_shape: &[usize],
@@ -134,9 +232,10 @@ impl WinogradKernel {
         let (c, m) = (s.in_channels, s.out_channels);
         let wv = w.as_slice::<f32>()?;
         op_ensure!(wv.len() == m * c * 9, "input 1 (W) has {} values", wv.len());
-        let mut planes = vec![vec![0f32; m * c]; 16];
+        let a = tile.patch();
+        let mut planes = vec![vec![0f32; m * c]; a * a];
         for (f, filter) in wv.chunks_exact(9).enumerate() {
-            let u = transform_filter(filter);
+            let u = transform_filter(filter, tile);
             for (p, plane) in planes.iter_mut().enumerate() {
                 plane[f] = u[p] as f32;
             }
@@ -154,6 +253,7 @@ impl WinogradKernel {
             .collect::<OpResult<Vec<_>>>()?;
         Ok(Some(WinogradKernel {
             gemm,
+            tile,
             c,
             m,
             h: g.input[0],
@@ -169,14 +269,16 @@ impl WinogradKernel {
     }
 
     fn tiles(&self) -> (usize, usize) {
-        (self.oh.div_ceil(2), self.ow.div_ceil(2))
+        let t = self.tile.outputs();
+        (self.oh.div_ceil(t), self.ow.div_ceil(t))
     }
 
     /// Tile rows per block: enough tiles for an efficient GEMM (at least one 16-wide panel),
     /// few enough that a block's transformed inputs and products stay in L2.
     fn rows_per_block(&self) -> usize {
         let (_, tw) = self.tiles();
-        let per_tile = 16 * (self.c + self.m) * 4;
+        let a = self.tile.patch();
+        let per_tile = a * a * (self.c + self.m) * 4;
         let target = (L2_BYTES / per_tile).max(16);
         target.div_ceil(tw).max(1)
     }
@@ -237,10 +339,69 @@ impl WinogradKernel {
         inner: bool,
     ) -> OpResult<()> {
         let (_, tw) = self.tiles();
-        let (h, w, c, m) = (self.h, self.w, self.c, self.m);
+        let (c, m) = (self.c, self.m);
+        let planes = self.tile.patch() * self.tile.patch();
         let n = (ty1 - ty0) * tw;
-        v.resize(16 * c * n, 0.0);
-        z.resize(16 * m * n, 0.0);
+        v.resize(planes * c * n, 0.0);
+        z.resize(planes * m * n, 0.0);
+        match self.tile {
+            WinogradTile::F2 => self.input_f2(x, ty0, ty1, v),
+            WinogradTile::F4 => self.input_f4(x, ty0, ty1, v),
+        }
+        let gemm_plane = |(p, zp): (usize, &mut [f32])| {
+            let b = MatRef {
+                data: &v[p * c * n..(p + 1) * c * n],
+                rs: n,
+                cs: 1,
+            };
+            let zp = MatMut {
+                data: zp,
+                rs: n,
+                cs: 1,
+            };
+            self.gemm.gemm(
+                m,
+                c,
+                n,
+                1.0,
+                Operand::Packed(&self.u[p]),
+                Operand::Mat(b),
+                false,
+                zp,
+                &Epilogue::default(),
+                false,
+            )
+        };
+        let planes = &mut z[..planes * m * n];
+        if inner {
+            planes
+                .par_chunks_mut(m * n)
+                .enumerate()
+                .try_for_each(gemm_plane)?;
+        } else {
+            planes
+                .chunks_mut(m * n)
+                .enumerate()
+                .try_for_each(gemm_plane)?;
+        }
+        let z: &[f32] = z;
+        let per_channel = |(mi, yc): (usize, &mut &mut [f32])| match self.tile {
+            WinogradTile::F2 => self.output_f2(z, ty0, ty1, bias, mi, yc),
+            WinogradTile::F4 => self.output_f4(z, ty0, ty1, bias, mi, yc),
+        };
+        if inner {
+            out.par_iter_mut().enumerate().for_each(per_channel);
+        } else {
+            out.iter_mut().enumerate().for_each(per_channel);
+        }
+        Ok(())
+    }
+
+    /// F(2x2) input transform of tile rows `[ty0, ty1)` into `v` (`16 x C x n`).
+    fn input_f2(&self, x: &[f32], ty0: usize, ty1: usize, v: &mut [f32]) {
+        let (_, tw) = self.tiles();
+        let (h, w, c) = (self.h, self.w, self.c);
+        let n = (ty1 - ty0) * tw;
         // Input transform, row-wise and across all tiles of a tile row at once: each
         // padded input row is transformed along its columns (h), then the four rows of a tile
         // row are combined, writing the 16 planes of v contiguously.
@@ -312,117 +473,192 @@ impl WinogradKernel {
                 }
             }
         }
-        let gemm_plane = |(p, zp): (usize, &mut [f32])| {
-            let b = MatRef {
-                data: &v[p * c * n..(p + 1) * c * n],
-                rs: n,
-                cs: 1,
-            };
-            let zp = MatMut {
-                data: zp,
-                rs: n,
-                cs: 1,
-            };
-            self.gemm.gemm(
-                m,
-                c,
-                n,
-                1.0,
-                Operand::Packed(&self.u[p]),
-                Operand::Mat(b),
-                false,
-                zp,
-                &Epilogue::default(),
-                false,
-            )
-        };
-        let planes = &mut z[..16 * m * n];
-        if inner {
-            planes
-                .par_chunks_mut(m * n)
-                .enumerate()
-                .try_for_each(gemm_plane)?;
+    }
+
+    /// F(4x4) input transform of tile rows `[ty0, ty1)` into `v` (`36 x C x n`): as
+    /// [`Self::input_f2`], each input row transformed along its columns for all tiles, then
+    /// the six rows of a tile row combined over whole rows of tiles.
+    fn input_f4(&self, x: &[f32], ty0: usize, ty1: usize, v: &mut [f32]) {
+        let (_, tw) = self.tiles();
+        let (h, w, c) = (self.h, self.w, self.c);
+        let n = (ty1 - ty0) * tw;
+        let pl = self.pad_left;
+        // Tiles [lo, hi) read columns 4 * tx - pl .. + 6 inside the row.
+        let lo = pl.div_ceil(4).min(tw);
+        let hi = if w + pl >= 6 {
+            ((w + pl - 6) / 4 + 1).clamp(lo, tw)
         } else {
-            planes
-                .chunks_mut(m * n)
-                .enumerate()
-                .try_for_each(gemm_plane)?;
-        }
-        let z: &[f32] = z;
-        // Output transform, across the tiles of a tile row in chunks of 8 (vectorisable),
-        // then bias and activation on each finished output row.
-        let (oh, ow) = (self.oh, self.ow);
-        const L: usize = 8;
-        let per_channel = |(mi, yc): (usize, &mut &mut [f32])| {
-            let bv = bias.map_or(0.0, |b| b[mi]);
+            lo
+        };
+        // hb[(i * 6 + q) * tw + tx]: input row i of the tile row, component q, tile tx.
+        let mut hb = vec![0f32; 36 * tw];
+        for ci in 0..c {
+            let xc = &x[ci * h * w..(ci + 1) * h * w];
             for ty in ty0..ty1 {
-                let t0 = (ty - ty0) * tw;
-                let rows = (oh - 2 * ty).min(2);
-                let out_rows = &mut yc[(2 * (ty - ty0)) * ow..][..rows * ow];
-                for x0 in (0..tw).step_by(L) {
-                    let l = L.min(tw - x0);
-                    let mut zz = [[0f32; L]; 16];
-                    for (p, zp) in zz.iter_mut().enumerate() {
-                        let src = &z[(p * m + mi) * n + t0 + x0..];
-                        if src.len() >= L {
-                            // A fixed-size copy: vector moves, not a memmove call. Lanes past
-                            // `l` (the next tiles' values) are computed but never stored.
-                            *zp = src[..L].try_into().expect("L values");
-                        } else {
-                            // Element by element: a short memmove call per plane costs more.
-                            for (q, d) in zp.iter_mut().enumerate().take(l) {
-                                *d = std::hint::black_box(src[q]);
-                            }
-                        }
+                for i in 0..6 {
+                    let rows = &mut hb[i * 6 * tw..(i + 1) * 6 * tw];
+                    let r = (4 * ty + i).wrapping_sub(self.pad_top);
+                    if r >= h {
+                        rows.fill(0.0);
+                        continue;
                     }
-                    let mut y = [[0f32; L]; 4];
-                    for q in 0..L {
-                        let zq = |a: usize, b: usize| zz[a * 4 + b][q];
-                        let mut t = [0f32; 8];
-                        for j in 0..4 {
-                            t[j] = zq(0, j) + zq(1, j) + zq(2, j);
-                            t[4 + j] = zq(1, j) - zq(2, j) - zq(3, j);
+                    let src = &xc[r * w..(r + 1) * w];
+                    let mut put = |tx: usize, q: [f32; 6]| {
+                        for (k, &val) in q.iter().enumerate() {
+                            rows[k * tw + tx] = val;
                         }
-                        y[0][q] = t[0] + t[1] + t[2] + bv;
-                        y[1][q] = t[1] - t[2] - t[3] + bv;
-                        y[2][q] = t[4] + t[5] + t[6] + bv;
-                        y[3][q] = t[5] - t[6] - t[7] + bv;
+                    };
+                    for tx in (0..lo).chain(hi..tw) {
+                        let e: [f32; 6] = std::array::from_fn(|q| {
+                            let col = (4 * tx + q).wrapping_sub(pl);
+                            if col < w {
+                                src[col]
+                            } else {
+                                0.0
+                            }
+                        });
+                        put(tx, bt4(&e));
                     }
-                    for (i, orow) in out_rows.chunks_exact_mut(ow).enumerate() {
-                        let (even, odd) = (&y[2 * i], &y[2 * i + 1]);
-                        if l == L && 2 * (x0 + L) <= ow {
-                            // A whole chunk: interleave in registers, one fixed-size store.
-                            let mut pairs = [0f32; 2 * L];
-                            for (pair, (&e, &o)) in
-                                pairs.chunks_exact_mut(2).zip(even.iter().zip(odd))
-                            {
-                                pair[0] = e;
-                                pair[1] = o;
-                            }
-                            let dst: &mut [f32; 2 * L] = (&mut orow[2 * x0..2 * (x0 + L)])
-                                .try_into()
-                                .expect("2L values");
-                            *dst = pairs;
-                            continue;
-                        }
-                        for (q, (&e, &o)) in even.iter().zip(odd).take(l).enumerate() {
-                            let col = 2 * (x0 + q);
-                            orow[col] = e;
-                            if col + 1 < ow {
-                                orow[col + 1] = o;
-                            }
+                    if hi > lo {
+                        let inner = src[4 * lo - pl..].windows(6).step_by(4);
+                        for (tx, e) in (lo..hi).zip(inner) {
+                            put(tx, bt4(e));
                         }
                     }
                 }
-                crate::sgemm::activate(self.activation, out_rows);
+                let t0 = (ty - ty0) * tw;
+                for b in 0..6 {
+                    let r = |i: usize| &hb[(i * 6 + b) * tw..][..tw];
+                    let (r0, r1, r2, r3, r4, r5) = (r(0), r(1), r(2), r(3), r(4), r(5));
+                    let dst = |a: usize| ((a * 6 + b) * c + ci) * n + t0;
+                    for x in 0..tw {
+                        let q = bt4(&[r0[x], r1[x], r2[x], r3[x], r4[x], r5[x]]);
+                        for (a, &val) in q.iter().enumerate() {
+                            v[dst(a) + x] = val;
+                        }
+                    }
+                }
             }
-        };
-        if inner {
-            out.par_iter_mut().enumerate().for_each(per_channel);
-        } else {
-            out.iter_mut().enumerate().for_each(per_channel);
         }
-        Ok(())
+    }
+
+    /// F(4x4) output transform of output channel `mi` for tile rows `[ty0, ty1)` into `yc`
+    /// (that channel's output rows from `4 * ty0`), with bias and activation; tiles in chunks
+    /// of 8, lane by lane.
+    fn output_f4(
+        &self,
+        z: &[f32],
+        ty0: usize,
+        ty1: usize,
+        bias: Option<&[f32]>,
+        mi: usize,
+        yc: &mut [f32],
+    ) {
+        const L: usize = CHUNK;
+        let (_, tw) = self.tiles();
+        let (m, oh, ow) = (self.m, self.oh, self.ow);
+        let n = (ty1 - ty0) * tw;
+        let bv = bias.map_or(0.0, |b| b[mi]);
+        for ty in ty0..ty1 {
+            let t0 = (ty - ty0) * tw;
+            let rows = (oh - 4 * ty).min(4);
+            let out_rows = &mut yc[(4 * (ty - ty0)) * ow..][..rows * ow];
+            for x0 in (0..tw).step_by(L) {
+                let l = L.min(tw - x0);
+                let zz: [[f32; L]; 36] = load_chunk(z, m, mi, n, t0 + x0);
+                // tmp[ti][b][q]: row ti of A^T Z for column b, lane q.
+                let mut tmp = [[[0f32; L]; 6]; 4];
+                for b in 0..6 {
+                    for q in 0..L {
+                        let col = at4(std::array::from_fn(|a| zz[a * 6 + b][q]));
+                        for (ti, &val) in col.iter().enumerate() {
+                            tmp[ti][b][q] = val;
+                        }
+                    }
+                }
+                for (ti, orow) in out_rows.chunks_exact_mut(ow).enumerate() {
+                    let mut quads = [[0f32; 4]; L];
+                    for (q, quad) in quads.iter_mut().enumerate() {
+                        let y = at4(std::array::from_fn(|b| tmp[ti][b][q]));
+                        *quad = y.map(|v| v + bv);
+                    }
+                    let cols = (4 * l).min(ow - 4 * x0);
+                    let dst = &mut orow[4 * x0..4 * x0 + cols];
+                    for (d, &v) in dst.iter_mut().zip(quads.as_flattened()) {
+                        *d = v;
+                    }
+                }
+            }
+            crate::sgemm::activate(self.activation, out_rows);
+        }
+    }
+
+    /// F(2x2) output transform of output channel `mi` for tile rows `[ty0, ty1)` into `yc`
+    /// (that channel's output rows from `2 * ty0`), with bias and activation.
+    fn output_f2(
+        &self,
+        z: &[f32],
+        ty0: usize,
+        ty1: usize,
+        bias: Option<&[f32]>,
+        mi: usize,
+        yc: &mut [f32],
+    ) {
+        let (_, tw) = self.tiles();
+        let m = self.m;
+        let n = (ty1 - ty0) * tw;
+        // Output transform, across the tiles of a tile row in chunks of 8 (vectorisable),
+        // then bias and activation on each finished output row.
+        let (oh, ow) = (self.oh, self.ow);
+        const L: usize = CHUNK;
+        let bv = bias.map_or(0.0, |b| b[mi]);
+        for ty in ty0..ty1 {
+            let t0 = (ty - ty0) * tw;
+            let rows = (oh - 2 * ty).min(2);
+            let out_rows = &mut yc[(2 * (ty - ty0)) * ow..][..rows * ow];
+            for x0 in (0..tw).step_by(L) {
+                let l = L.min(tw - x0);
+                let zz: [[f32; L]; 16] = load_chunk(z, m, mi, n, t0 + x0);
+                let mut y = [[0f32; L]; 4];
+                for q in 0..L {
+                    let zq = |a: usize, b: usize| zz[a * 4 + b][q];
+                    let mut t = [0f32; 8];
+                    for j in 0..4 {
+                        t[j] = zq(0, j) + zq(1, j) + zq(2, j);
+                        t[4 + j] = zq(1, j) - zq(2, j) - zq(3, j);
+                    }
+                    y[0][q] = t[0] + t[1] + t[2] + bv;
+                    y[1][q] = t[1] - t[2] - t[3] + bv;
+                    y[2][q] = t[4] + t[5] + t[6] + bv;
+                    y[3][q] = t[5] - t[6] - t[7] + bv;
+                }
+                for (i, orow) in out_rows.chunks_exact_mut(ow).enumerate() {
+                    let (even, odd) = (&y[2 * i], &y[2 * i + 1]);
+                    if l == L && 2 * (x0 + L) <= ow {
+                        // A whole chunk: interleave in registers, one fixed-size store.
+                        let mut pairs = [0f32; 2 * L];
+                        for (pair, (&e, &o)) in pairs.chunks_exact_mut(2).zip(even.iter().zip(odd))
+                        {
+                            pair[0] = e;
+                            pair[1] = o;
+                        }
+                        let dst: &mut [f32; 2 * L] = (&mut orow[2 * x0..2 * (x0 + L)])
+                            .try_into()
+                            .expect("2L values");
+                        *dst = pairs;
+                        continue;
+                    }
+                    for (q, (&e, &o)) in even.iter().zip(odd).take(l).enumerate() {
+                        let col = 2 * (x0 + q);
+                        orow[col] = e;
+                        if col + 1 < ow {
+                            orow[col + 1] = o;
+                        }
+                    }
+                }
+            }
+            crate::sgemm::activate(self.activation, out_rows);
+        }
     }
 }
 
@@ -464,7 +700,8 @@ impl Kernel for WinogradKernel {
             for plane in yi.chunks_exact_mut(oh * ow) {
                 let mut rest = plane;
                 for (k, &(a, b)) in blocks.iter().enumerate() {
-                    let r = (2 * b).min(oh) - 2 * a;
+                    let t = self.tile.outputs();
+                    let r = (t * b).min(oh) - t * a;
                     let (head, tail) = rest.split_at_mut(r * ow);
                     pieces[k].push(head);
                     rest = tail;
@@ -501,7 +738,10 @@ impl Kernel for WinogradKernel {
     }
 
     fn name(&self) -> &str {
-        "cpu.conv.winograd"
+        match self.tile {
+            WinogradTile::F2 => "cpu.conv.winograd2",
+            WinogradTile::F4 => "cpu.conv.winograd4",
+        }
     }
 }
 
@@ -529,7 +769,7 @@ mod tests {
         // One tile, one channel: A^T [(G g G^T) .* (B^T d B)] A is the 2x2 valid correlation.
         let d: Vec<f32> = values(16, 1);
         let g: Vec<f32> = values(9, 2);
-        let u = transform_filter(&g);
+        let u = transform_filter(&g, WinogradTile::F2);
         let v = transform_input(d.as_slice().try_into().unwrap());
         let mut z = [0f32; 16];
         for p in 0..16 {
@@ -550,6 +790,35 @@ mod tests {
     }
 
     #[test]
+    fn f4_transforms_compute_a_3x3_correlation() {
+        // One 6x6 patch, one filter: A^T [(G g G^T) .* (B^T d B)] A is the 4x4 correlation.
+        let d: Vec<f32> = values(36, 3);
+        let g: Vec<f32> = values(9, 4);
+        let u = transform_filter(&g, WinogradTile::F4);
+        let rows: Vec<[f32; 6]> = (0..6).map(|i| bt4(&d[i * 6..i * 6 + 6])).collect();
+        // v[a][b] = (B^T d B)[a][b]: the columns of the row-transformed patch, transformed.
+        let cols: Vec<[f32; 6]> = (0..6)
+            .map(|b| bt4(&std::array::from_fn::<f32, 6, _>(|i| rows[i][b])))
+            .collect();
+        let z = |a: usize, b: usize| u[a * 6 + b] as f32 * cols[b][a];
+        let tz: Vec<[f32; 4]> = (0..6)
+            .map(|b| at4(std::array::from_fn(|a| z(a, b))))
+            .collect();
+        for i in 0..4 {
+            let y = at4(std::array::from_fn(|b| tz[b][i]));
+            for (j, &got) in y.iter().enumerate() {
+                let mut want = 0.0;
+                for p in 0..3 {
+                    for q in 0..3 {
+                        want += d[(i + p) * 6 + j + q] * g[p * 3 + q];
+                    }
+                }
+                assert!((got - want).abs() < 1e-5, "{i} {j}: {got} vs {want}");
+            }
+        }
+    }
+
+    #[test]
     fn matches_the_reference_over_shapes() {
         let acts = [
             None,
@@ -562,7 +831,13 @@ mod tests {
             .num_threads(2)
             .build()
             .unwrap();
-        for gemm in [Sgemm::default(), Sgemm::portable()] {
+        let variants = [
+            (Sgemm::default(), WinogradTile::F2),
+            (Sgemm::portable(), WinogradTile::F2),
+            (Sgemm::default(), WinogradTile::F4),
+            (Sgemm::portable(), WinogradTile::F4),
+        ];
+        for (gemm, tile) in variants {
             for &(n, c, m, h, w) in &[
                 (1, 16, 16, 4, 4),
                 (1, 17, 23, 7, 9),
@@ -597,7 +872,7 @@ mod tests {
                     if s.geometry.output.iter().any(|&o| o < 4) {
                         continue;
                     }
-                    let k = WinogradKernel::new(gemm, &s, act, x.shape(), Some(&wt))
+                    let k = WinogradKernel::new(gemm, tile, &s, act, x.shape(), Some(&wt))
                         .unwrap()
                         .expect("winograd applies");
                     let mut out =
@@ -607,10 +882,17 @@ mod tests {
                         pool.install(|| k.run(&ins, &mut out)).unwrap();
                         let got = out[0].as_slice::<f32>().unwrap();
                         let want = want.as_slice::<f32>().unwrap();
+                        // F(4x4) rounds relative to the size of the outputs around, not of
+                        // each output (its transforms scale values by up to 100 and cancel).
+                        let scale = want.iter().fold(0f32, |a, r| a.max(r.abs()));
+                        let spread = match tile {
+                            WinogradTile::F2 => 0.0,
+                            WinogradTile::F4 => 2e-5 * scale,
+                        };
                         for (i, (g, r)) in got.iter().zip(want).enumerate() {
                             assert!(
-                                (g - r).abs() <= 1e-4 + 1e-4 * r.abs(),
-                                "case {case} ({n},{c},{m},{h},{w}) pads {pads:?} at {i}: {g} vs {r}"
+                                (g - r).abs() <= 1e-4 + 1e-4 * r.abs() + spread,
+                                "case {case} {tile:?} ({n},{c},{m},{h},{w}) pads {pads:?} at {i}: {g} vs {r}"
                             );
                         }
                     }
@@ -642,7 +924,14 @@ mod tests {
             };
             let wt = Tensor::zeros(ferrolite_core::DType::F32, &wshape).unwrap();
             let s = op.shapes(x.shape(), wt.shape()).unwrap();
-            let k = WinogradKernel::new(Sgemm::default(), &s, None, x.shape(), Some(&wt));
+            let k = WinogradKernel::new(
+                Sgemm::default(),
+                WinogradTile::F4,
+                &s,
+                None,
+                x.shape(),
+                Some(&wt),
+            );
             assert!(k.unwrap().is_none());
         }
     }
