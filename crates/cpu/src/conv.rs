@@ -91,10 +91,11 @@ pub(crate) fn bias_input<'a>(
 /// they save in multiplies (squeezenet's 16..48-channel expand convs run faster as im2col).
 const WINOGRAD_MIN_IN_CHANNELS: usize = 64;
 
-/// Output positions (H x W) from which Winograd uses 4x4 output tiles rather than 2x2 (on
-/// resnet18: 1.3x faster at 56x56 and 14x14). Below, each of its GEMMs covers too few tiles to
-/// fill the microkernel's panels (a 7x7 output has 4 tiles; there F(4x4) is 2x slower).
-const WINOGRAD_F4_MIN_OUTPUTS: usize = 14 * 14;
+/// Output positions (H x W) from which Winograd uses 4x4 output tiles rather than 2x2 (1.3x
+/// faster on resnet18's 56x56 and 14x14 convs, 1.2x on squeezenet's 13x13). Below, each of its
+/// GEMMs covers too few tiles to fill the microkernel's panels (a 7x7 output has 4 tiles;
+/// there F(4x4) is 2x slower).
+const WINOGRAD_F4_MIN_OUTPUTS: usize = 12 * 12;
 
 /// The best kernel for a Conv: depthwise direct, or im2col/pointwise GEMM. `None` when the
 /// shapes fall outside what these kernels handle.
