@@ -34,6 +34,47 @@ unsafe fn act8(act: Activation, v: __m256) -> Option<__m256> {
     }
 }
 
+/// The tiles of one column of C (`rows` rows in panels of `MR`, `nr` columns), each as
+/// [`kernel`]; `a` holds the panels back to back, `e` is the first tile's epilogue.
+///
+/// # Safety
+/// As [`kernel`] for each tile: `a` must hold `rows.div_ceil(MR) * kc * MR` floats and `c` be
+/// valid for the whole `rows x nr` block.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn column(
+    kc: usize,
+    a: *const f32,
+    rows: usize,
+    b: *const f32,
+    bs: usize,
+    c: *mut f32,
+    rsc: usize,
+    nr: usize,
+    e: &TileEpi,
+) {
+    for (ip, i) in (0..rows).step_by(MR).enumerate() {
+        let e = TileEpi {
+            row_bias: e.row_bias.get(i..).unwrap_or(&[]),
+            ..*e
+        };
+        // SAFETY: tile i of the block the caller vouches for; its panel starts ip panels in.
+        unsafe {
+            kernel(
+                kc,
+                a.add(ip * kc * MR),
+                b,
+                bs,
+                c.add(i * rsc),
+                rsc,
+                MR.min(rows - i),
+                nr,
+                &e,
+            )
+        };
+    }
+}
+
 /// # Safety
 /// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` floats and `b` `kc` rows of
 /// `NR` floats, `bs` apart; `c`
@@ -41,6 +82,7 @@ unsafe fn act8(act: Activation, v: __m256) -> Option<__m256> {
 /// no one else meanwhile.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub(super) unsafe fn kernel(
     kc: usize,
     a: *const f32,

@@ -377,17 +377,13 @@ impl Problem<'_> {
                                 Some(_) => (&bp[..kc * NR], NR),
                                 None => (&bp[jp * kc * NR..][..kc * NR], NR),
                             };
-                            for ip in 0..mpan {
-                                let i = ic + ip * MR;
-                                let mr = MR.min(m1 - i);
-                                let apanel = &ap[ip * kc * MR..][..kc * MR];
-                                let e = self.epi(i, j, first, last);
-                                // SAFETY: the tile (i.., j..) of mr x nr lies in the block the
-                                // caller vouches for; panels hold kc steps.
-                                unsafe {
-                                    let ct = c.add(i * rsc + j);
-                                    self.kernel(apanel, bpanel, bs, ct, rsc, mr, nr, &e)
-                                }
+                            let e = self.epi(ic, j, first, last);
+                            // SAFETY: the tiles of rows ic..ic + mc, columns j..j + nr lie in
+                            // the block the caller vouches for; ap holds mpan panels of kc
+                            // steps, bpanel kc rows.
+                            unsafe {
+                                let ct = c.add(ic * rsc + j);
+                                self.column(ap, kc, bpanel, bs, ct, rsc, mc, nr, &e)
                             }
                         }
                     }
@@ -404,6 +400,55 @@ impl Problem<'_> {
             row_bias: self.row_bias.get(i..).unwrap_or(&[]),
             col_bias: self.col_bias.get(j..).unwrap_or(&[]),
             act: self.act,
+        }
+    }
+
+    /// The tiles of one column of C: `rows` rows from `c` (panels of [`MR`] rows of `a`, `kc`
+    /// steps each) by `nr` columns of the B panel `b`, `e` the first tile's epilogue. One
+    /// call per column, not per tile: short-k products spend as much on calls as on
+    /// multiplies.
+    ///
+    /// # Safety
+    /// As [`store_scalar`] for the `rows x nr` block of `c`; `a` holds `rows.div_ceil(MR)`
+    /// panels of `kc * MR` values.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn column(
+        &self,
+        a: &[f32],
+        kc: usize,
+        b: &[f32],
+        bs: usize,
+        c: *mut f32,
+        rsc: usize,
+        rows: usize,
+        nr: usize,
+        e: &TileEpi,
+    ) {
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Avx2Fma is only chosen when the CPU has both features; a holds the
+            // panels and b kc rows of NR values bs apart (asserted below); c as the caller
+            // vouches.
+            Isa::Avx2Fma => unsafe {
+                debug_assert!(a.len() >= rows.div_ceil(MR) * kc * MR);
+                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
+                avx2::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
+            },
+            _ => {
+                for (ip, i) in (0..rows).step_by(MR).enumerate() {
+                    let apanel = &a[ip * kc * MR..][..kc * MR];
+                    let e = TileEpi {
+                        row_bias: e.row_bias.get(i..).unwrap_or(&[]),
+                        ..*e
+                    };
+                    // SAFETY: tile i of the column the caller vouches for.
+                    unsafe {
+                        let ct = c.add(i * rsc);
+                        self.kernel(apanel, b, bs, ct, rsc, MR.min(rows - i), nr, &e)
+                    }
+                }
+            }
         }
     }
 
