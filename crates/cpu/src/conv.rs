@@ -267,10 +267,10 @@ impl ConvKernel {
                                     };
                                     seg[..lo].fill(0.0);
                                     seg[hi..].fill(0.0);
-                                    let start = (first + (lo * s2) as isize) as usize;
-                                    let taps = row[start.min(i2)..].iter().step_by(s2);
-                                    for (v, &x) in seg[lo..hi].iter_mut().zip(taps) {
-                                        *v = x;
+                                    if hi > lo {
+                                        let start = (first + (lo * s2) as isize) as usize;
+                                        let taps = &row[start..=start + (hi - lo - 1) * s2];
+                                        gather_strided(&mut seg[lo..hi], taps, s2);
                                     }
                                 }
                             }
@@ -434,6 +434,27 @@ impl Kernel for ConvKernel {
             "cpu.conv.pointwise"
         } else {
             "cpu.conv.im2col"
+        }
+    }
+}
+
+/// `dst[t] = src[t * stride]`, with `src` holding `(dst.len() - 1) * stride + 1` values. Out
+/// of line, so the loop gets its own registers; stride 2 (the common case) deinterleaves
+/// pairs, which vectorises.
+#[inline(never)]
+fn gather_strided(dst: &mut [f32], src: &[f32], stride: usize) {
+    if stride == 2 {
+        let pairs = src.chunks_exact(2);
+        let full = dst.len().min(pairs.len());
+        for (d, pair) in dst[..full].iter_mut().zip(pairs) {
+            *d = pair[0];
+        }
+        if let Some(d) = dst.get_mut(full) {
+            *d = src[2 * full];
+        }
+    } else {
+        for (t, d) in dst.iter_mut().enumerate() {
+            *d = src[t * stride];
         }
     }
 }
