@@ -1,7 +1,7 @@
 //! The single-precision GEMM interface the kernels use, and its implementation [`Sgemm`] on
 //! our packed microkernels ([`crate::sgemm`]).
 
-use crate::sgemm::{pack_full, Isa, Problem, Src, MR, NR};
+use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
 use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
@@ -45,6 +45,43 @@ impl PackedMatrix {
     /// The packed values (the driver's layout).
     pub(crate) fn data(&self) -> &[f32] {
         &self.data
+    }
+
+    /// An all-zero `rows x cols` left operand, to be filled block by block with
+    /// [`PackedMatrix::pack_rows`] (so the unpacked matrix never has to exist whole).
+    pub fn zeros_a(rows: usize, cols: usize) -> PackedMatrix {
+        PackedMatrix {
+            rows,
+            cols,
+            side: Side::A,
+            data: vec![0.0; rows.div_ceil(MR) * MR * cols],
+        }
+    }
+
+    /// Packs rows `r0..r0 + n` of a left operand from `src` (`n x cols`); `r0` must be a
+    /// multiple of [`MR`].
+    pub fn pack_rows(&mut self, r0: usize, n: usize, src: MatRef) -> OpResult<()> {
+        op_ensure!(
+            self.side == Side::A && r0 % MR == 0 && r0 + n <= self.rows,
+            "pack_rows: rows {r0}..{} of a {:?} operand of {} rows",
+            r0 + n,
+            self.side,
+            self.rows
+        );
+        check(n, self.cols, src.data.len(), src.rs, src.cs, "row block")?;
+        let (rows, cols) = (self.rows, self.cols);
+        pack_lines_into(
+            &mut self.data,
+            src.data,
+            src.rs,
+            src.cs,
+            r0,
+            n,
+            rows,
+            cols,
+            MR,
+        );
+        Ok(())
     }
 }
 
@@ -315,6 +352,45 @@ impl Gemm for Sgemm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packing_by_row_blocks_equals_packing_whole() {
+        for (rows, cols, block) in [(13, 7, 6), (48, 300, 12), (50, 513, 24), (5, 3, 6)] {
+            let a: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.5 - 3.0).collect();
+            let whole = Sgemm::default()
+                .pack(
+                    rows,
+                    cols,
+                    MatRef {
+                        data: &a,
+                        rs: cols,
+                        cs: 1,
+                    },
+                    Side::A,
+                )
+                .unwrap();
+            let mut blocks = PackedMatrix::zeros_a(rows, cols);
+            for r0 in (0..rows).step_by(block) {
+                let n = block.min(rows - r0);
+                let src = MatRef {
+                    data: &a[r0 * cols..(r0 + n) * cols],
+                    rs: cols,
+                    cs: 1,
+                };
+                blocks.pack_rows(r0, n, src).unwrap();
+            }
+            assert_eq!(blocks, whole, "{rows}x{cols} by {block}");
+        }
+        // Misaligned or out-of-range blocks are refused.
+        let mut p = PackedMatrix::zeros_a(12, 4);
+        let src = MatRef {
+            data: &[0.0; 24],
+            rs: 4,
+            cs: 1,
+        };
+        assert!(p.pack_rows(3, 6, src).is_err());
+        assert!(p.pack_rows(12, 6, src).is_err());
+    }
 
     #[test]
     fn strided_product_and_checks() {

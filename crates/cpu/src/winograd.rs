@@ -17,7 +17,8 @@
 //! outputs around (resnet18's logits move by 6e-6 instead of 3e-6); it needs enough tiles to
 //! fill its GEMMs, so the conv picks it for larger outputs only.
 
-use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side};
+use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm};
+use crate::sgemm::MR;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
@@ -148,22 +149,23 @@ pub struct WinogradKernel {
     activation: Option<Activation>,
 }
 
-/// G g G^T (A x A, row-major) for one 3x3 filter `g` (row-major), computed in f64.
-fn transform_filter(g: &[f32], tile: WinogradTile) -> Vec<f64> {
+/// G g G^T (A x A, row-major, into `u[..A * A]`) for one 3x3 filter `g` (row-major),
+/// computed in f64.
+fn transform_filter(g: &[f32], tile: WinogradTile, u: &mut [f64; 36]) {
     let gm = tile.g();
     let a = gm.len();
     // t = G g (A x 3), then u = t G^T (A x A).
-    let t: Vec<[f64; 3]> = gm
-        .iter()
-        .map(|gi| std::array::from_fn(|j| (0..3).map(|k| gi[k] * g[k * 3 + j] as f64).sum()))
-        .collect();
-    let mut u = vec![0f64; a * a];
-    for (i, ti) in t.iter().enumerate() {
-        for (j, gj) in gm.iter().enumerate() {
-            u[i * a + j] = (0..3).map(|k| ti[k] * gj[k]).sum();
+    let mut t = [[0f64; 3]; 6];
+    for (ti, gi) in t.iter_mut().zip(gm) {
+        for (j, tij) in ti.iter_mut().enumerate() {
+            *tij = gi[0] * g[j] as f64 + gi[1] * g[3 + j] as f64 + gi[2] * g[6 + j] as f64;
         }
     }
-    u
+    for (i, ti) in t.iter().take(a).enumerate() {
+        for (j, gj) in gm.iter().enumerate() {
+            u[i * a + j] = ti[0] * gj[0] + ti[1] * gj[1] + ti[2] * gj[2];
+        }
+    }
 }
 
 /// B^T d B for one 4x4 patch `d` (row-major); the kernel computes the same row-wise.
@@ -232,25 +234,33 @@ impl WinogradKernel {
         let (c, m) = (s.in_channels, s.out_channels);
         let wv = w.as_slice::<f32>()?;
         op_ensure!(wv.len() == m * c * 9, "input 1 (W) has {} values", wv.len());
+        // Transformed weights by blocks of output channels, each packed straight into the
+        // A^2 operands: the unpacked U (as large as the packed one) never exists whole.
         let a = tile.patch();
-        let mut planes = vec![vec![0f32; m * c]; a * a];
-        for (f, filter) in wv.chunks_exact(9).enumerate() {
-            let u = transform_filter(filter, tile);
-            for (p, plane) in planes.iter_mut().enumerate() {
-                plane[f] = u[p] as f32;
+        let mut u: Vec<PackedMatrix> = (0..a * a).map(|_| PackedMatrix::zeros_a(m, c)).collect();
+        let block = 8 * MR;
+        let mut planes = vec![0f32; a * a * block * c];
+        for r0 in (0..m).step_by(block) {
+            let rows = block.min(m - r0);
+            let mut t = [0f64; 36];
+            for (f, filter) in wv[r0 * c * 9..(r0 + rows) * c * 9]
+                .chunks_exact(9)
+                .enumerate()
+            {
+                transform_filter(filter, tile, &mut t);
+                for (p, &v) in t[..a * a].iter().enumerate() {
+                    planes[p * block * c + f] = v as f32;
+                }
             }
-        }
-        let u = planes
-            .iter()
-            .map(|plane| {
+            for (p, up) in u.iter_mut().enumerate() {
                 let src = MatRef {
-                    data: plane,
+                    data: &planes[p * block * c..][..rows * c],
                     rs: c,
                     cs: 1,
                 };
-                gemm.pack(m, c, src, Side::A)
-            })
-            .collect::<OpResult<Vec<_>>>()?;
+                up.pack_rows(r0, rows, src)?;
+            }
+        }
         Ok(Some(WinogradKernel {
             gemm,
             tile,
@@ -769,7 +779,8 @@ mod tests {
         // One tile, one channel: A^T [(G g G^T) .* (B^T d B)] A is the 2x2 valid correlation.
         let d: Vec<f32> = values(16, 1);
         let g: Vec<f32> = values(9, 2);
-        let u = transform_filter(&g, WinogradTile::F2);
+        let mut u = [0f64; 36];
+        transform_filter(&g, WinogradTile::F2, &mut u);
         let v = transform_input(d.as_slice().try_into().unwrap());
         let mut z = [0f32; 16];
         for p in 0..16 {
@@ -794,7 +805,8 @@ mod tests {
         // One 6x6 patch, one filter: A^T [(G g G^T) .* (B^T d B)] A is the 4x4 correlation.
         let d: Vec<f32> = values(36, 3);
         let g: Vec<f32> = values(9, 4);
-        let u = transform_filter(&g, WinogradTile::F4);
+        let mut u = [0f64; 36];
+        transform_filter(&g, WinogradTile::F4, &mut u);
         let rows: Vec<[f32; 6]> = (0..6).map(|i| bt4(&d[i * 6..i * 6 + 6])).collect();
         // v[a][b] = (B^T d B)[a][b]: the columns of the row-transformed patch, transformed.
         let cols: Vec<[f32; 6]> = (0..6)

@@ -202,17 +202,34 @@ pub(crate) fn pack_full(
     depth: usize,
     w: usize,
 ) -> Vec<f32> {
+    let mut out = vec![0.0f32; lines.div_ceil(w) * w * depth];
+    pack_lines_into(&mut out, data, ws, ks, 0, lines, lines, depth, w);
+    out
+}
+
+/// Packs lines `line0..line0 + n` of a `lines x depth` operand into their places in `dst`
+/// ([`pack_full`]'s layout); `data` holds just those lines (line `t` of them at
+/// `data[t * ws + p * ks]`) and `line0` is a multiple of `w`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pack_lines_into(
+    dst: &mut [f32],
+    data: &[f32],
+    ws: usize,
+    ks: usize,
+    line0: usize,
+    n: usize,
+    lines: usize,
+    depth: usize,
+    w: usize,
+) {
     let panels = lines.div_ceil(w);
-    let mut out = vec![0.0f32; panels * w * depth];
     for pc in (0..depth).step_by(KC) {
         let kc = KC.min(depth - pc);
-        for ip in 0..panels {
-            let off = pc * panels * w + ip * kc * w;
-            let wn = w.min(lines - ip * w);
-            pack_panel(data, ws, ks, ip * w, wn, w, pc, kc, &mut out[off..]);
+        for t in (0..n).step_by(w) {
+            let off = pc * panels * w + (line0 + t) / w * kc * w;
+            pack_panel(data, ws, ks, t, w.min(n - t), w, pc, kc, &mut dst[off..]);
         }
     }
-    out
 }
 
 thread_local! {
