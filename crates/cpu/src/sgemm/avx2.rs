@@ -54,10 +54,7 @@ pub(super) unsafe fn column(
     e: &TileEpi,
 ) {
     for (ip, i) in (0..rows).step_by(MR).enumerate() {
-        let e = TileEpi {
-            row_bias: e.row_bias.get(i..).unwrap_or(&[]),
-            ..*e
-        };
+        let e = e.rows_from(i);
         // SAFETY: tile i of the block the caller vouches for; its panel starts ip panels in.
         unsafe {
             kernel(

@@ -65,6 +65,16 @@ pub(crate) struct TileEpi<'a> {
     pub act: Option<Activation>,
 }
 
+impl<'a> TileEpi<'a> {
+    /// The same epilogue for the tile `i` rows further down (its row bias moves with it).
+    pub fn rows_from(&self, i: usize) -> TileEpi<'a> {
+        TileEpi {
+            row_bias: self.row_bias.get(i..).unwrap_or(&[]),
+            ..*self
+        }
+    }
+}
+
 /// Stores an accumulator tile through the epilogue, element by element.
 ///
 /// # Safety
@@ -452,50 +462,17 @@ impl Problem<'_> {
                 debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
                 avx2::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
             },
-            _ => {
+            Isa::Portable => {
                 for (ip, i) in (0..rows).step_by(MR).enumerate() {
                     let apanel = &a[ip * kc * MR..][..kc * MR];
-                    let e = TileEpi {
-                        row_bias: e.row_bias.get(i..).unwrap_or(&[]),
-                        ..*e
-                    };
                     // SAFETY: tile i of the column the caller vouches for.
                     unsafe {
                         let ct = c.add(i * rsc);
-                        self.kernel(apanel, b, bs, ct, rsc, MR.min(rows - i), nr, &e)
+                        let (mr, e) = (MR.min(rows - i), e.rows_from(i));
+                        kernel_portable(apanel, b, bs, ct, rsc, mr, nr, &e)
                     }
                 }
             }
-        }
-    }
-
-    /// # Safety
-    /// As [`store_scalar`] for `c`.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    unsafe fn kernel(
-        &self,
-        a: &[f32],
-        b: &[f32],
-        bs: usize,
-        c: *mut f32,
-        rsc: usize,
-        mr: usize,
-        nr: usize,
-        e: &TileEpi,
-    ) {
-        match self.isa {
-            // SAFETY: forwarded from the caller.
-            Isa::Portable => unsafe { kernel_portable(a, b, bs, c, rsc, mr, nr, e) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: Avx2Fma is only chosen when the CPU has both features; a holds
-            // kc = a.len() / MR steps and b kc rows of NR values bs apart (asserted below);
-            // c as the caller vouches.
-            Isa::Avx2Fma => unsafe {
-                let kc = a.len() / MR;
-                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
-                avx2::kernel(kc, a.as_ptr(), b.as_ptr(), bs, c, rsc, mr, nr, e)
-            },
         }
     }
 
