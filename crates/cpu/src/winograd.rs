@@ -293,9 +293,28 @@ impl WinogradKernel {
         target.div_ceil(tw).max(1)
     }
 
+    /// The tiles `[lo, hi)` of a tile row whose A input columns (from `T * tx - pad_left`) all
+    /// lie inside the row, so they read it directly; the others go through a padded copy.
+    fn interior_tiles(&self) -> (usize, usize) {
+        let (_, tw) = self.tiles();
+        let (t, a, pl, w) = (
+            self.tile.outputs(),
+            self.tile.patch(),
+            self.pad_left,
+            self.w,
+        );
+        let lo = pl.div_ceil(t).min(tw);
+        let hi = if w + pl >= a {
+            ((w + pl - a) / t + 1).clamp(lo, tw)
+        } else {
+            lo
+        };
+        (lo, hi)
+    }
+
     /// One block of tile rows `[ty0, ty1)` of one image: transforms its input patches into `v`
-    /// (`16 x C x n`), multiplies into `z` (`16 x M x n`), and writes the outputs to `out`, one
-    /// slice per output channel holding output rows `2 * ty0..` of that channel.
+    /// (`A^2 x C x n`), multiplies into `z` (`A^2 x M x n`), and writes the outputs to `out`,
+    /// one slice per output channel holding output rows `T * ty0..` of that channel.
     #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
@@ -416,6 +435,9 @@ impl WinogradKernel {
         // padded input row is transformed along its columns (h), then the four rows of a tile
         // row are combined, writing the 16 planes of v contiguously.
         let mut hb = vec![0f32; 16 * tw];
+        // Tile tx reads columns 2 * tx - pad_left .. + 4.
+        let (lo, hi) = self.interior_tiles();
+        let pl = self.pad_left;
         for ci in 0..c {
             let xc = &x[ci * h * w..(ci + 1) * h * w];
             for ty in ty0..ty1 {
@@ -431,15 +453,6 @@ impl WinogradKernel {
                         continue;
                     }
                     let src = &xc[r * w..(r + 1) * w];
-                    // Tile tx reads columns 2 * tx - pad_left .. + 4: the interior tiles
-                    // [lo, hi) straight from the row, the edge ones through a padded copy.
-                    let pl = self.pad_left;
-                    let lo = pl.div_ceil(2).min(tw);
-                    let hi = if w + pl >= 4 {
-                        ((w + pl - 4) / 2 + 1).clamp(lo, tw)
-                    } else {
-                        lo
-                    };
                     for tx in (0..lo).chain(hi..tw) {
                         let mut e = [0f32; 4];
                         for (q, e) in e.iter_mut().enumerate() {
@@ -492,14 +505,9 @@ impl WinogradKernel {
         let (_, tw) = self.tiles();
         let (h, w, c) = (self.h, self.w, self.c);
         let n = (ty1 - ty0) * tw;
+        // Tile tx reads columns 4 * tx - pad_left .. + 6.
+        let (lo, hi) = self.interior_tiles();
         let pl = self.pad_left;
-        // Tiles [lo, hi) read columns 4 * tx - pl .. + 6 inside the row.
-        let lo = pl.div_ceil(4).min(tw);
-        let hi = if w + pl >= 6 {
-            ((w + pl - 6) / 4 + 1).clamp(lo, tw)
-        } else {
-            lo
-        };
         // hb[(i * 6 + q) * tw + tx]: input row i of the tile row, component q, tile tx.
         let mut hb = vec![0f32; 36 * tw];
         for ci in 0..c {
