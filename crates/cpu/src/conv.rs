@@ -68,6 +68,26 @@ pub struct ConvKernel {
     activation: Option<Activation>,
 }
 
+/// The data (input 0) and weights (input 1) of a convolution kernel, checked to have the
+/// shapes the kernel was built for.
+pub(crate) fn data_and_weights<'a>(
+    inputs: &[Option<&'a Tensor>],
+    x_shape: &[usize],
+    w_shape: &[usize],
+) -> OpResult<(&'a [f32], &'a [f32])> {
+    let x = ferrolite_core::op::required(inputs, 0)?;
+    let w = ferrolite_core::op::required(inputs, 1)?;
+    op_ensure!(
+        x.shape() == x_shape && w.shape() == w_shape,
+        "inputs have shapes {:?} and {:?}, the kernel was built for {:?} and {:?}",
+        x.shape(),
+        w.shape(),
+        x_shape,
+        w_shape
+    );
+    Ok((x.as_slice::<f32>()?, w.as_slice::<f32>()?))
+}
+
 /// The optional bias (input 2) of a convolution kernel, checked to have `channels` values.
 pub(crate) fn bias_input<'a>(
     inputs: &[Option<&'a Tensor>],

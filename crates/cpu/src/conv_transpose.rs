@@ -77,17 +77,7 @@ impl ConvTransposeKernel {
 
 impl Kernel for ConvTransposeKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
-        let x = ferrolite_core::op::required(inputs, 0)?;
-        let w = ferrolite_core::op::required(inputs, 1)?;
-        op_ensure!(
-            x.shape() == self.x_shape.as_slice() && w.shape() == self.w_shape.as_slice(),
-            "inputs have shapes {:?} and {:?}, the kernel was built for {:?} and {:?}",
-            x.shape(),
-            w.shape(),
-            self.x_shape,
-            self.w_shape
-        );
-        let (xv, wv) = (x.as_slice::<f32>()?, w.as_slice::<f32>()?);
+        let (xv, wv) = crate::conv::data_and_weights(inputs, &self.x_shape, &self.w_shape)?;
         let s = &self.s;
         let bias = crate::conv::bias_input(inputs, s.out_channels)?;
         let y = outputs
