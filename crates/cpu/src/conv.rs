@@ -459,19 +459,12 @@ impl Kernel for ConvKernel {
 }
 
 /// `dst[t] = src[t * stride]`, with `src` holding `(dst.len() - 1) * stride + 1` values. Out
-/// of line, so the loop gets its own registers; stride 2 (the common case) deinterleaves
-/// pairs, which vectorises.
+/// of line, so the loop gets its own registers; stride 2 (the common case) takes the
+/// shuffle-based even split.
 #[inline(never)]
 fn gather_strided(dst: &mut [f32], src: &[f32], stride: usize) {
     if stride == 2 {
-        let pairs = src.chunks_exact(2);
-        let full = dst.len().min(pairs.len());
-        for (d, pair) in dst[..full].iter_mut().zip(pairs) {
-            *d = pair[0];
-        }
-        if let Some(d) = dst.get_mut(full) {
-            *d = src[2 * full];
-        }
+        crate::stride2::evens(src, dst);
     } else {
         for (t, d) in dst.iter_mut().enumerate() {
             *d = src[t * stride];

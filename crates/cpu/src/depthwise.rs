@@ -9,6 +9,7 @@
 //! weights repacked as `[taps][8]` per block of 8 channels.
 
 use crate::sgemm::{activate, Isa};
+use crate::stride2;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
@@ -42,7 +43,7 @@ const LANES: usize = 8;
 type Lanes = [f32; LANES];
 
 /// Output rows at most this long take the channel-blocked path (measured: it wins up to
-/// 28-wide rows for 3x3 stride-1 kernels, and always for strided or non-3x3 ones).
+/// 28-wide rows for 3x3 kernels, and always for non-3x3 ones).
 const BLOCKED_MAX_OW: usize = 32;
 
 #[derive(Debug)]
@@ -112,7 +113,7 @@ impl DepthwiseKernel {
         if hp.checked_mul(lp * sw)?.checked_mul(LANES)? > 1 << 26 {
             return None;
         }
-        let blocked = ow <= BLOCKED_MAX_OW || (kh, kw) != (3, 3) || sw > 1;
+        let blocked = ow <= BLOCKED_MAX_OW || (kh, kw) != (3, 3) || sw > 2;
         let taps = kh * kw;
         let packed = match w_value {
             Some(w) if blocked => {
@@ -179,19 +180,11 @@ fn plane(
             } else {
                 (ph1, ph0, p.pl / 2, p.pl / 2 + 1)
             };
-            let pairs = src.chunks_exact(2);
-            if let [last] = pairs.remainder() {
-                first[o0 + src.len() / 2] = *last;
-            }
             let n = src.len() / 2;
-            for ((a, b), pair) in first[o0..o0 + n]
-                .iter_mut()
-                .zip(second[o1..o1 + n].iter_mut())
-                .zip(pairs)
-            {
-                *a = pair[0];
-                *b = pair[1];
+            if src.len() % 2 == 1 {
+                first[o0 + n] = src[2 * n];
             }
+            stride2::deinterleave(src, &mut first[o0..o0 + n], &mut second[o1..o1 + n]);
         } else {
             // Phase r holds padded columns r, r + sw, ...; no division per element.
             for (r, dst) in row.chunks_exact_mut(lp).enumerate() {

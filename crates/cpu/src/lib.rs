@@ -20,6 +20,7 @@ mod reduce;
 mod resize;
 pub mod sgemm;
 mod softmax;
+mod stride2;
 pub mod winograd;
 
 #[cfg(test)]

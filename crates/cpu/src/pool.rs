@@ -6,6 +6,7 @@
 //! stride 1, output by output otherwise.
 
 use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::stride2;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::plan::{Kernel, KernelRequest};
@@ -109,10 +110,24 @@ impl PoolKernel {
         }
     }
 
+    /// `row[j]` = max (or sum) of `row[j]` and `xs[j]`, as a loop that vectorises.
+    fn combine(&self, row: &mut [f32], xs: &[f32]) {
+        if self.avg {
+            for (o, &v) in row.iter_mut().zip(xs) {
+                *o += v;
+            }
+        } else {
+            for (o, &v) in row.iter_mut().zip(xs) {
+                *o = if v > *o { v } else { *o };
+            }
+        }
+    }
+
     /// One plane: per output row, first reduce the valid input rows of the window into one
     /// padded row (contiguous, vectorises), then reduce each output's horizontal taps from
-    /// it. `vrow` holds [`Self::padded_row_len`] values whose padding is the identity.
-    fn plane(&self, src: &[f32], dst: &mut [f32], vrow: &mut [f32]) {
+    /// it. `vrow` holds [`Self::padded_row_len`] values whose padding is the identity;
+    /// `phases` is scratch of `2 * (output width + 1)` values.
+    fn plane(&self, src: &[f32], dst: &mut [f32], vrow: &mut [f32], phases: &mut [f32]) {
         let (gh, gw) = (&self.gh, &self.gw);
         let (iw, ow) = (gw.input, gw.output);
         let (k, s, d) = (gw.kernel, gw.stride, gw.dilation);
@@ -121,32 +136,25 @@ impl PoolKernel {
             inner.fill(self.identity());
             for kh in self.h.lo[oh]..self.h.hi[oh] {
                 let ih = gh.tap(oh, kh) as usize;
-                let xr = &src[ih * iw..(ih + 1) * iw];
-                if self.avg {
-                    for (o, &v) in inner.iter_mut().zip(xr) {
-                        *o += v;
-                    }
-                } else {
-                    for (o, &v) in inner.iter_mut().zip(xr) {
-                        *o = if v > *o { v } else { *o };
-                    }
-                }
+                self.combine(inner, &src[ih * iw..(ih + 1) * iw]);
             }
             let vrow: &[f32] = vrow;
             if s == 1 {
                 // Tap by tap over contiguous slices: vectorises.
                 row.copy_from_slice(&vrow[..ow]);
                 for kw in 1..k {
-                    let xs = &vrow[kw * d..kw * d + ow];
-                    if self.avg {
-                        for (o, &v) in row.iter_mut().zip(xs) {
-                            *o += v;
-                        }
-                    } else {
-                        for (o, &v) in row.iter_mut().zip(xs) {
-                            *o = if v > *o { v } else { *o };
-                        }
-                    }
+                    self.combine(row, &vrow[kw * d..kw * d + ow]);
+                }
+            } else if s == 2 && d == 1 && (k == 2 || k == 3) {
+                // Even and odd columns apart, every tap is a contiguous slice again: tap 0
+                // is even[j], tap 1 odd[j], tap 2 even[j + 1].
+                let (even, odd) = phases.split_at_mut(ow + 1);
+                stride2::deinterleave(&vrow[..2 * ow], &mut even[..ow], &mut odd[..ow]);
+                row.copy_from_slice(&even[..ow]);
+                self.combine(row, &odd[..ow]);
+                if k == 3 {
+                    even[ow] = vrow[2 * ow];
+                    self.combine(row, &even[1..=ow]);
                 }
             } else {
                 // Output by output, the window's taps reduced in registers.
@@ -196,9 +204,10 @@ impl Kernel for PoolKernel {
         for_chunks(y, op.max(1), taps.max(1), |s, c| {
             let p0 = s / op.max(1);
             let mut vrow = vec![self.identity(); self.padded_row_len()];
+            let mut phases = vec![0.0; 2 * (self.gw.output + 1)];
             for (i, dst) in c.chunks_exact_mut(op.max(1)).enumerate() {
                 let p = p0 + i;
-                self.plane(&x[p * ip..(p + 1) * ip], dst, &mut vrow);
+                self.plane(&x[p * ip..(p + 1) * ip], dst, &mut vrow, &mut phases);
             }
         });
         Ok(())

@@ -1,0 +1,132 @@
+//! Stride-2 access turned into contiguous access: splitting a row into its even and odd
+//! elements lets stride-2 windows (pooling, depthwise convolution, im2col) run as plain
+//! vector loops. AVX2 shuffles do the split where the CPU has them (picked at run time).
+
+use crate::sgemm::Isa;
+
+/// `even[i] = src[2 i]` and `odd[i] = src[2 i + 1]` for `i < n`, where `n` is the shorter
+/// of `even`, `odd` and the pairs in `src`; nothing beyond is written.
+pub(crate) fn deinterleave(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    let n = even.len().min(odd.len()).min(src.len() / 2);
+    let (src, even, odd) = (&src[..2 * n], &mut even[..n], &mut odd[..n]);
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if Isa::detect() == Isa::Avx2Fma {
+        // SAFETY: the CPU has AVX2 (checked by detect); the slices hold n pairs and n values.
+        done = unsafe { avx2::deinterleave(src, Some(even), odd) };
+    }
+    for ((e, o), pair) in even[done..]
+        .iter_mut()
+        .zip(&mut odd[done..])
+        .zip(src[2 * done..].chunks_exact(2))
+    {
+        *e = pair[0];
+        *o = pair[1];
+    }
+}
+
+/// `dst[i] = src[2 i]` for every `i < dst.len()`; `src` must hold `2 dst.len() - 1` values.
+pub(crate) fn evens(src: &[f32], dst: &mut [f32]) {
+    let n = dst.len();
+    let Some(last) = n.checked_sub(1) else {
+        return;
+    };
+    let src = &src[..2 * last + 1];
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if Isa::detect() == Isa::Avx2Fma {
+        // The vector loop reads whole pairs: the last element (no partner) is done below.
+        let pairs = &src[..2 * last];
+        // SAFETY: the CPU has AVX2 (checked by detect); pairs holds `last` pairs and dst
+        // more than `last` values.
+        done = unsafe { avx2::deinterleave(pairs, None, &mut dst[..last]) };
+    }
+    for (i, d) in dst.iter_mut().enumerate().skip(done) {
+        *d = src[2 * i];
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Splits whole blocks of 8 pairs: evens into `odd_or_evens` when `even` is `None` (the
+    /// odd elements are dropped), else evens into `even` and odds into `odd_or_evens`.
+    /// Returns how many pairs it handled (a multiple of 8).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `src` must hold `2 n` values where `n` is the length of
+    /// `odd_or_evens` (and of `even` when given).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn deinterleave(
+        src: &[f32],
+        mut even: Option<&mut [f32]>,
+        odd_or_evens: &mut [f32],
+    ) -> usize {
+        let n = odd_or_evens.len();
+        debug_assert!(src.len() >= 2 * n && even.as_ref().is_none_or(|e| e.len() >= n));
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: pairs i..i + 8 lie inside src (2 n values), outputs i..i + 8 inside
+            // the output slices (n values each).
+            unsafe {
+                let a = _mm256_loadu_ps(src.as_ptr().add(2 * i));
+                let b = _mm256_loadu_ps(src.as_ptr().add(2 * i + 8));
+                // Per 128-bit lane: a0 a2 b0 b2 | a4 a6 b4 b6; the 64-bit chunk order
+                // 0, 2, 1, 3 then restores a0 a2 a4 a6 b0 b2 b4 b6.
+                let e = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
+                let e = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(e));
+                match even.as_deref_mut() {
+                    Some(even) => {
+                        let o = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
+                        let o = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(o));
+                        _mm256_storeu_ps(even.as_mut_ptr().add(i), e);
+                        _mm256_storeu_ps(odd_or_evens.as_mut_ptr().add(i), o);
+                    }
+                    None => _mm256_storeu_ps(odd_or_evens.as_mut_ptr().add(i), e),
+                }
+            }
+            i += 8;
+        }
+        i
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deinterleave_matches_indexing() {
+        for len in 0..40 {
+            let src: Vec<f32> = (0..len).map(|i| i as f32).collect();
+            let n = len / 2;
+            let (mut e, mut o) = (vec![-1.0; n + 1], vec![-1.0; n + 1]);
+            deinterleave(&src, &mut e, &mut o);
+            for i in 0..n {
+                assert_eq!(
+                    (e[i], o[i]),
+                    (src[2 * i], src[2 * i + 1]),
+                    "len {len} i {i}"
+                );
+            }
+            assert_eq!(
+                (e[n], o[n]),
+                (-1.0, -1.0),
+                "len {len}: wrote past the pairs"
+            );
+        }
+    }
+
+    #[test]
+    fn evens_matches_indexing() {
+        for n in 0..30 {
+            let src: Vec<f32> = (0..(2 * n).max(1) - 1).map(|i| i as f32 * 0.5).collect();
+            let mut d = vec![-1.0; n];
+            evens(&src, &mut d);
+            for (i, &v) in d.iter().enumerate() {
+                assert_eq!(v, src[2 * i], "n {n} i {i}");
+            }
+        }
+    }
+}
