@@ -259,6 +259,28 @@ fn conv_cases() -> Vec<ConvCase> {
             bias: true,
             ..cc(&[1, 32, 56, 56], &[32, 1, 3, 3])
         },
+        // Stride 2 on rows wider than the channel-blocked path takes: odd and even left pads.
+        ConvCase {
+            group: 5,
+            strides: Some(&[2, 2]),
+            pads: Some(&[1, 1, 1, 1]),
+            bias: true,
+            ..cc(&[1, 5, 20, 75], &[5, 1, 3, 3])
+        },
+        ConvCase {
+            group: 3,
+            strides: Some(&[2, 2]),
+            pads: Some(&[0, 0, 1, 1]),
+            ..cc(&[2, 3, 9, 80], &[3, 1, 3, 3])
+        },
+        // Few output channels with a deep input: B read in place, also past one KC block.
+        ConvCase {
+            bias: true,
+            ..cc(&[1, 100, 9, 41], &[24, 100, 1, 1])
+        },
+        ConvCase {
+            ..cc(&[1, 300, 5, 40], &[20, 300, 1, 1])
+        },
         // Large GEMMs: k > KC, m > MC, many column blocks, row splits.
         ConvCase {
             pads: Some(&[1, 1, 1, 1]),

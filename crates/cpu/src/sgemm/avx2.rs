@@ -72,6 +72,32 @@ pub(super) unsafe fn column(
     }
 }
 
+/// The `panels` full tiles of one row of C (`mr` rows, `panels * NR` columns), each as
+/// [`kernel`] on the same A panel; `e` is the first tile's epilogue.
+///
+/// # Safety
+/// As [`kernel`] for each tile: `b` must hold `kc` rows of `panels * NR` floats, `bs` apart,
+/// and `c` be valid for the whole `mr x panels * NR` block.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn row(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    bs: usize,
+    panels: usize,
+    c: *mut f32,
+    rsc: usize,
+    mr: usize,
+    e: &TileEpi,
+) {
+    for jp in 0..panels {
+        let e = e.cols_from(jp * NR);
+        // SAFETY: tile jp of the block the caller vouches for.
+        unsafe { kernel(kc, a, b.add(jp * NR), bs, c.add(jp * NR), rsc, mr, NR, &e) };
+    }
+}
+
 /// # Safety
 /// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` floats and `b` `kc` rows of
 /// `NR` floats, `bs` apart; `c`

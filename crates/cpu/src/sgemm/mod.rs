@@ -25,6 +25,9 @@ const MC: usize = 120;
 const NC: usize = 512;
 /// Depth up to which a row-major B is read in place instead of packed.
 const SMALL_K: usize = 64;
+/// Rows of C up to which a row-major B is read in place at any depth: each B panel then
+/// serves only a few tiles, and packing it would cost about as much as using it.
+const FEW_ROWS: usize = 48;
 
 /// The microkernel implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +73,14 @@ impl<'a> TileEpi<'a> {
     pub fn rows_from(&self, i: usize) -> TileEpi<'a> {
         TileEpi {
             row_bias: self.row_bias.get(i..).unwrap_or(&[]),
+            ..*self
+        }
+    }
+
+    /// The same epilogue for the tile `j` columns further right (its column bias moves).
+    pub fn cols_from(&self, j: usize) -> TileEpi<'a> {
+        TileEpi {
+            col_bias: self.col_bias.get(j..).unwrap_or(&[]),
             ..*self
         }
     }
@@ -325,7 +336,9 @@ impl Problem<'_> {
                     // Row-major B with a short k: the microkernel reads full panels in place
                     // (rows rs apart); packing would cost about as much as the product.
                     let in_place = match self.b {
-                        Src::Strided { data, rs, cs: 1 } if self.k <= SMALL_K && nc >= NR => {
+                        Src::Strided { data, rs, cs: 1 }
+                            if (self.k <= SMALL_K || self.m <= FEW_ROWS) && nc >= NR =>
+                        {
                             Some((&data[pc * rs + jc..], rs))
                         }
                         _ => None,
@@ -394,6 +407,55 @@ impl Problem<'_> {
                                 abuf
                             }
                         };
+                        if let (Some((d, rs)), true) = (in_place, self.k <= SMALL_K) {
+                            // Short k: tiles row by row. A column of tiles would store into
+                            // every row of C at once, more streams than the prefetchers
+                            // follow; a row of tiles stores along MR rows.
+                            let full = nc / NR;
+                            for (ip, i) in (ic..ic + mc).step_by(MR).enumerate() {
+                                let apanel = &ap[ip * kc * MR..][..kc * MR];
+                                let mr = MR.min(ic + mc - i);
+                                let e = self.epi(i, jc, first, last);
+                                let b = &d[..(kc - 1) * rs + full * NR];
+                                // SAFETY: tiles of rows i..i + mr, columns jc..jc + nc, in the
+                                // block the caller vouches for; b holds kc rows of full
+                                // panels.
+                                unsafe {
+                                    self.row(
+                                        apanel,
+                                        kc,
+                                        b,
+                                        rs,
+                                        full,
+                                        c.add(i * rsc + jc),
+                                        rsc,
+                                        mr,
+                                        &e,
+                                    )
+                                };
+                                if full < npan {
+                                    let j = jc + full * NR;
+                                    let e = self.epi(i, j, first, last);
+                                    // SAFETY: the partial tile of those rows at column j;
+                                    // bp holds its packed kc rows.
+                                    unsafe {
+                                        let ct = c.add(i * rsc + j);
+                                        self.column(
+                                            apanel,
+                                            kc,
+                                            &bp[..kc * NR],
+                                            NR,
+                                            ct,
+                                            rsc,
+                                            mr,
+                                            n1 - j,
+                                            &e,
+                                        )
+                                    };
+                                }
+                            }
+                            continue;
+                        }
                         for jp in 0..npan {
                             let j = jc + jp * NR;
                             let nr = NR.min(n1 - j);
@@ -470,6 +532,47 @@ impl Problem<'_> {
                         let ct = c.add(i * rsc);
                         let (mr, e) = (MR.min(rows - i), e.rows_from(i));
                         kernel_portable(apanel, b, bs, ct, rsc, mr, nr, &e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `panels` full tiles of one row of C: `mr` rows from `c` (the A panel `a`, `kc`
+    /// steps) by panels of [`NR`] columns of `b` (`kc` rows `bs` apart), `e` the first
+    /// tile's epilogue.
+    ///
+    /// # Safety
+    /// As [`store_scalar`] for the `mr x panels * NR` block of `c`; `a` holds `kc * MR`
+    /// values and `b` `kc` rows of `panels * NR`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    unsafe fn row(
+        &self,
+        a: &[f32],
+        kc: usize,
+        b: &[f32],
+        bs: usize,
+        panels: usize,
+        c: *mut f32,
+        rsc: usize,
+        mr: usize,
+        e: &TileEpi,
+    ) {
+        debug_assert!(a.len() >= kc * MR && (kc == 0 || b.len() >= (kc - 1) * bs + panels * NR));
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Avx2Fma is only chosen when the CPU has both features; a and b hold
+            // what the caller vouches for.
+            Isa::Avx2Fma => unsafe {
+                avx2::row(kc, a.as_ptr(), b.as_ptr(), bs, panels, c, rsc, mr, e)
+            },
+            Isa::Portable => {
+                for jp in 0..panels {
+                    // SAFETY: tile jp of the row the caller vouches for.
+                    unsafe {
+                        let e = e.cols_from(jp * NR);
+                        kernel_portable(a, &b[jp * NR..], bs, c.add(jp * NR), rsc, mr, NR, &e)
                     }
                 }
             }
