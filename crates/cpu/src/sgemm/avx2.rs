@@ -73,11 +73,12 @@ pub(super) unsafe fn column(
 }
 
 /// The `panels` full tiles of one row of C (`mr` rows, `panels * NR` columns), each as
-/// [`kernel`] on the same A panel; `e` is the first tile's epilogue.
+/// [`kernel`] on the same A panel, B panel `jp` from `b + jp * step`; `e` is the first
+/// tile's epilogue.
 ///
 /// # Safety
-/// As [`kernel`] for each tile: `b` must hold `kc` rows of `panels * NR` floats, `bs` apart,
-/// and `c` be valid for the whole `mr x panels * NR` block.
+/// As [`kernel`] for each tile: every B panel must hold `kc` rows of `NR` floats, `bs`
+/// apart, and `c` be valid for the whole `mr x panels * NR` block.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn row(
@@ -85,6 +86,7 @@ pub(super) unsafe fn row(
     a: *const f32,
     b: *const f32,
     bs: usize,
+    step: usize,
     panels: usize,
     c: *mut f32,
     rsc: usize,
@@ -94,7 +96,7 @@ pub(super) unsafe fn row(
     for jp in 0..panels {
         let e = e.cols_from(jp * NR);
         // SAFETY: tile jp of the block the caller vouches for.
-        unsafe { kernel(kc, a, b.add(jp * NR), bs, c.add(jp * NR), rsc, mr, NR, &e) };
+        unsafe { kernel(kc, a, b.add(jp * step), bs, c.add(jp * NR), rsc, mr, NR, &e) };
     }
 }
 

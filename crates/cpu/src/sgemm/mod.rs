@@ -407,50 +407,40 @@ impl Problem<'_> {
                                 abuf
                             }
                         };
-                        if let (Some((d, rs)), true) = (in_place, self.k <= SMALL_K) {
+                        if self.k <= SMALL_K {
                             // Short k: tiles row by row. A column of tiles would store into
                             // every row of C at once, more streams than the prefetchers
                             // follow; a row of tiles stores along MR rows.
                             let full = nc / NR;
+                            // Full panels: kc rows bs apart, panel after panel step apart.
+                            let (b, bs, step) = match in_place {
+                                Some((d, rs)) => (&d[..(kc - 1) * rs + full * NR], rs, NR),
+                                None => (&bp[..full * kc * NR], NR, kc * NR),
+                            };
+                            // The partial last panel is packed in both cases.
+                            let partial = match in_place {
+                                Some(_) => 0,
+                                None => full * kc * NR,
+                            };
                             for (ip, i) in (ic..ic + mc).step_by(MR).enumerate() {
                                 let apanel = &ap[ip * kc * MR..][..kc * MR];
                                 let mr = MR.min(ic + mc - i);
                                 let e = self.epi(i, jc, first, last);
-                                let b = &d[..(kc - 1) * rs + full * NR];
                                 // SAFETY: tiles of rows i..i + mr, columns jc..jc + nc, in the
-                                // block the caller vouches for; b holds kc rows of full
-                                // panels.
+                                // block the caller vouches for; b holds the full panels.
                                 unsafe {
-                                    self.row(
-                                        apanel,
-                                        kc,
-                                        b,
-                                        rs,
-                                        full,
-                                        c.add(i * rsc + jc),
-                                        rsc,
-                                        mr,
-                                        &e,
-                                    )
+                                    let ct = c.add(i * rsc + jc);
+                                    self.row(apanel, kc, b, bs, step, full, ct, rsc, mr, &e)
                                 };
                                 if full < npan {
                                     let j = jc + full * NR;
                                     let e = self.epi(i, j, first, last);
                                     // SAFETY: the partial tile of those rows at column j;
-                                    // bp holds its packed kc rows.
+                                    // bpart holds its packed kc rows.
                                     unsafe {
                                         let ct = c.add(i * rsc + j);
-                                        self.column(
-                                            apanel,
-                                            kc,
-                                            &bp[..kc * NR],
-                                            NR,
-                                            ct,
-                                            rsc,
-                                            mr,
-                                            n1 - j,
-                                            &e,
-                                        )
+                                        let bpart = &bp[partial..][..kc * NR];
+                                        self.column(apanel, kc, bpart, NR, ct, rsc, mr, n1 - j, &e)
                                     };
                                 }
                             }
@@ -539,12 +529,12 @@ impl Problem<'_> {
     }
 
     /// The `panels` full tiles of one row of C: `mr` rows from `c` (the A panel `a`, `kc`
-    /// steps) by panels of [`NR`] columns of `b` (`kc` rows `bs` apart), `e` the first
-    /// tile's epilogue.
+    /// steps) by panels of [`NR`] columns of `b` (panel `jp` from `b[jp * step]`, its `kc`
+    /// rows `bs` apart), `e` the first tile's epilogue.
     ///
     /// # Safety
     /// As [`store_scalar`] for the `mr x panels * NR` block of `c`; `a` holds `kc * MR`
-    /// values and `b` `kc` rows of `panels * NR`.
+    /// values and `b` the panels.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     unsafe fn row(
@@ -553,26 +543,31 @@ impl Problem<'_> {
         kc: usize,
         b: &[f32],
         bs: usize,
+        step: usize,
         panels: usize,
         c: *mut f32,
         rsc: usize,
         mr: usize,
         e: &TileEpi,
     ) {
-        debug_assert!(a.len() >= kc * MR && (kc == 0 || b.len() >= (kc - 1) * bs + panels * NR));
+        if panels == 0 || kc == 0 {
+            return;
+        }
+        debug_assert!(a.len() >= kc * MR && b.len() >= (panels - 1) * step + (kc - 1) * bs + NR);
         match self.isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Avx2Fma is only chosen when the CPU has both features; a and b hold
             // what the caller vouches for.
             Isa::Avx2Fma => unsafe {
-                avx2::row(kc, a.as_ptr(), b.as_ptr(), bs, panels, c, rsc, mr, e)
+                avx2::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
             },
             Isa::Portable => {
                 for jp in 0..panels {
                     // SAFETY: tile jp of the row the caller vouches for.
                     unsafe {
                         let e = e.cols_from(jp * NR);
-                        kernel_portable(a, &b[jp * NR..], bs, c.add(jp * NR), rsc, mr, NR, &e)
+                        let b = &b[jp * step..];
+                        kernel_portable(a, b, bs, c.add(jp * NR), rsc, mr, NR, &e)
                     }
                 }
             }
