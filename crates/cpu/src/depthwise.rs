@@ -166,8 +166,17 @@ fn plane(
 ) {
     let (sw, lp) = (p.sw, p.lp);
     // buf[(row * sw + phase) * lp + j] = padded[row][j * sw + phase].
+    let row_len = sw * lp;
+    // Stride 1: the plane is one flat run, output (oy, ox) at oy * row_len + ox and every
+    // tap a fixed offset from it; computed into scratch and copied out without the padding
+    // columns. No per-row tails: narrow planes spent most of their time on those.
+    let flat = sw == 1 && p.sh == 1;
+    // The flat run reads up to (kw - 1) * dw past the padded rows (into zeros).
+    let padded = p.hp * row_len + if flat { p.kw * p.dw } else { 0 };
+    let scratch = if flat { p.oh * row_len } else { 0 };
     buf.clear();
-    buf.resize(p.hp * sw * lp, 0.0);
+    buf.resize(padded + scratch, 0.0);
+    let (buf, flat_out) = buf.split_at_mut(padded);
     for (r, src) in x.chunks_exact(p.iw).take(p.ih).enumerate() {
         let row = &mut buf[(r + p.pt) * sw * lp..][..sw * lp];
         if sw == 1 {
@@ -199,42 +208,54 @@ fn plane(
         }
     }
     let ow = p.ow;
-    // Offset of tap column kx inside a padded row (divisions hoisted out of the row loop).
-    let col: Vec<usize> = (0..p.kw)
-        .map(|kx| {
-            let off = kx * p.dw;
-            (off % sw) * lp + off / sw
+    // Offset of each tap inside the buffer, from the first tap of output (0, 0) (divisions
+    // hoisted out of the loops).
+    let offs: Vec<usize> = (0..p.kh)
+        .flat_map(|ky| {
+            (0..p.kw).map(move |kx| {
+                let off = kx * p.dw;
+                ky * p.dh * row_len + (off % sw) * lp + off / sw
+            })
         })
         .collect();
-    let row_len = sw * lp;
-    let tap = |y0: usize, kx: usize| -> &[f32] { &buf[y0 * row_len + col[kx]..][..ow] };
+    let buf = &*buf;
+    if flat {
+        weighted_taps(buf, &offs, w, bias, flat_out);
+        for (out, run) in y.chunks_exact_mut(ow).zip(flat_out.chunks(row_len)) {
+            out.copy_from_slice(&run[..ow]);
+        }
+        activate(act, &mut y[..p.oh * ow]);
+        return;
+    }
     for (oy, out) in y.chunks_exact_mut(ow).enumerate().take(p.oh) {
-        let ys = oy * p.sh;
-        if p.kh == 3 && p.kw == 3 {
-            let (r0, r1, r2) = (ys, ys + p.dh, ys + 2 * p.dh);
-            let (a0, a1, a2) = (tap(r0, 0), tap(r0, 1), tap(r0, 2));
-            let (b0, b1, b2) = (tap(r1, 0), tap(r1, 1), tap(r1, 2));
-            let (c0, c1, c2) = (tap(r2, 0), tap(r2, 1), tap(r2, 2));
-            let w: &[f32; 9] = w[..9].try_into().expect("9 taps");
-            for i in 0..ow {
-                let s0 = a0[i] * w[0] + a1[i] * w[1] + a2[i] * w[2];
-                let s1 = b0[i] * w[3] + b1[i] * w[4] + b2[i] * w[5];
-                let s2 = c0[i] * w[6] + c1[i] * w[7] + c2[i] * w[8];
-                out[i] = bias + (s0 + s1 + s2);
-            }
-        } else {
-            out.fill(bias);
-            for ky in 0..p.kh {
-                for kx in 0..p.kw {
-                    let wv = w[ky * p.kw + kx];
-                    let src = tap(ys + ky * p.dh, kx);
-                    for (o, &s) in out.iter_mut().zip(src) {
-                        *o += wv * s;
-                    }
-                }
+        weighted_taps(&buf[oy * p.sh * row_len..], &offs, w, bias, out);
+        activate(act, out);
+    }
+}
+
+/// `out[i] = bias + sum over taps t of w[t] * src[offs[t] + i]`: one pass for 3x3 kernels,
+/// tap by tap otherwise (both vectorise along `out`).
+#[inline(always)]
+fn weighted_taps(src: &[f32], offs: &[usize], w: &[f32], bias: f32, out: &mut [f32]) {
+    let n = out.len();
+    let tap = |t: usize| &src[offs[t]..offs[t] + n];
+    if let (9, Ok(w)) = (offs.len(), <&[f32; 9]>::try_from(&w[..w.len().min(9)])) {
+        let (a0, a1, a2) = (tap(0), tap(1), tap(2));
+        let (b0, b1, b2) = (tap(3), tap(4), tap(5));
+        let (c0, c1, c2) = (tap(6), tap(7), tap(8));
+        for i in 0..n {
+            let s0 = a0[i] * w[0] + a1[i] * w[1] + a2[i] * w[2];
+            let s1 = b0[i] * w[3] + b1[i] * w[4] + b2[i] * w[5];
+            let s2 = c0[i] * w[6] + c1[i] * w[7] + c2[i] * w[8];
+            out[i] = bias + (s0 + s1 + s2);
+        }
+    } else {
+        out.fill(bias);
+        for (t, &wv) in w.iter().enumerate().take(offs.len()) {
+            for (o, &s) in out.iter_mut().zip(tap(t)) {
+                *o += wv * s;
             }
         }
-        activate(act, out);
     }
 }
 

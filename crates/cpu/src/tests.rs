@@ -259,6 +259,14 @@ fn conv_cases() -> Vec<ConvCase> {
             bias: true,
             ..cc(&[1, 32, 56, 56], &[32, 1, 3, 3])
         },
+        // Stride 1 on wide rows (the flat path): dilated, asymmetric pads.
+        ConvCase {
+            group: 3,
+            dilations: Some(&[2, 2]),
+            pads: Some(&[2, 1, 0, 3]),
+            bias: true,
+            ..cc(&[2, 3, 10, 70], &[3, 1, 3, 3])
+        },
         // Stride 2 on rows wider than the channel-blocked path takes: odd and even left pads.
         ConvCase {
             group: 5,
