@@ -1,7 +1,8 @@
 //! Direct 2-D depthwise convolution (group == C == M): each input plane is copied once into a
 //! zero-padded, stride-deinterleaved buffer, so every kernel tap becomes a contiguous
 //! multiply-add along the output row (vectorised by the compiler; compiled a second time with
-//! AVX2 + FMA enabled and picked at run time). 3x3 kernels sum all nine taps in one pass.
+//! AVX2 + FMA enabled and picked at run time). 3x3 kernels sum all nine taps in one pass; at
+//! stride 1 the whole plane is one flat run (see [`Plane::flat`]).
 //!
 //! Small planes (short output rows) give that row path too little to vectorise, so they take
 //! a channel-blocked path instead: 8 channels are interleaved into a zero-padded
@@ -42,8 +43,10 @@ struct Plane {
 const LANES: usize = 8;
 type Lanes = [f32; LANES];
 
-/// Output rows at most this long take the channel-blocked path (measured: it wins up to
-/// 28-wide rows for 3x3 kernels, and always for non-3x3 ones).
+/// Output rows at most this long take the channel-blocked path, which always takes non-3x3
+/// kernels. Measured: the flat stride-1 run wins from 28-wide rows (not at 14), the
+/// stride-2 row path only above 32.
+const BLOCKED_MAX_OW_STRIDE1: usize = 20;
 const BLOCKED_MAX_OW: usize = 32;
 
 #[derive(Debug)]
@@ -113,7 +116,12 @@ impl DepthwiseKernel {
         if hp.checked_mul(lp * sw)?.checked_mul(LANES)? > 1 << 26 {
             return None;
         }
-        let blocked = ow <= BLOCKED_MAX_OW || (kh, kw) != (3, 3) || sw > 2;
+        let max_ow = if (sh, sw) == (1, 1) {
+            BLOCKED_MAX_OW_STRIDE1
+        } else {
+            BLOCKED_MAX_OW
+        };
+        let blocked = ow <= max_ow || (kh, kw) != (3, 3) || sw > 2;
         let taps = kh * kw;
         let packed = match w_value {
             Some(w) if blocked => {
@@ -153,34 +161,102 @@ impl DepthwiseKernel {
     }
 }
 
-/// One output plane. `buf` is scratch.
+/// Scratch of the row path for one plane geometry, kept across the planes of a run: the
+/// padded (and stride-deinterleaved) plane, whose borders are never written after the first
+/// zero fill, the flat run's output, and every tap's offset in the padded plane.
+struct PlaneScratch {
+    buf: Vec<f32>,
+    padded: usize,
+    offs: Vec<usize>,
+}
+
+impl PlaneScratch {
+    fn new(p: &Plane) -> PlaneScratch {
+        let (sw, lp) = (p.sw, p.lp);
+        let row_len = sw * lp;
+        // The flat run is rounded up to whole vectors (the extra outputs are dropped) and
+        // reads up to (kw - 1) * dw past them, into zeros after the padded rows.
+        let scratch = if p.flat() { p.flat_len() } else { 0 };
+        let padded = if p.flat() {
+            (p.hp * row_len).max(p.flat_len() + (p.kh - 1) * p.dh * row_len) + p.kw * p.dw
+        } else {
+            p.hp * row_len
+        };
+        // Offset of each tap from the first tap of output (0, 0) (divisions hoisted out of
+        // the loops).
+        let offs = (0..p.kh)
+            .flat_map(|ky| {
+                (0..p.kw).map(move |kx| {
+                    let off = kx * p.dw;
+                    ky * p.dh * row_len + (off % sw) * lp + off / sw
+                })
+            })
+            .collect();
+        PlaneScratch {
+            buf: vec![0.0; padded + scratch],
+            padded,
+            offs,
+        }
+    }
+}
+
+impl Plane {
+    /// Stride 1: the plane is one flat run, output (oy, ox) at `oy * row_len + ox` and every
+    /// tap a fixed offset from it, computed into scratch and copied out without the padding
+    /// columns. No per-row tails: narrow planes spent most of their time on those.
+    fn flat(&self) -> bool {
+        self.sw == 1 && self.sh == 1
+    }
+
+    /// Outputs the flat run computes: the plane in padded rows, rounded up to a multiple of
+    /// 32 so the compiler's unrolled vector loop needs no scalar tail.
+    fn flat_len(&self) -> usize {
+        (self.oh * self.sw * self.lp).next_multiple_of(32)
+    }
+}
+
+/// `dst.copy_from_slice(src)` in fixed-size pieces that stay inline: planes 7 to 56 wide
+/// spent more on a `memcpy` call per row than on the row's convolution.
 #[inline(always)]
-fn plane(
+fn copy_row(dst: &mut [f32], src: &[f32]) {
+    let n = dst.len();
+    let src = &src[..n];
+    let mut i = 0;
+    while i + 8 <= n {
+        let s: &[f32; 8] = src[i..i + 8].try_into().expect("8 values");
+        dst[i..i + 8].copy_from_slice(s);
+        i += 8;
+    }
+    if i + 4 <= n {
+        let s: &[f32; 4] = src[i..i + 4].try_into().expect("4 values");
+        dst[i..i + 4].copy_from_slice(s);
+        i += 4;
+    }
+    for (d, &v) in dst[i..].iter_mut().zip(&src[i..]).take(3) {
+        *d = v;
+    }
+}
+
+/// One output plane. `AVX` runs the flat 3x3 run with FMA intrinsics.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn plane<const AVX: bool>(
     p: &Plane,
     x: &[f32],
     w: &[f32],
     bias: f32,
     act: Option<Activation>,
     y: &mut [f32],
-    buf: &mut Vec<f32>,
+    scratch: &mut PlaneScratch,
 ) {
     let (sw, lp) = (p.sw, p.lp);
     // buf[(row * sw + phase) * lp + j] = padded[row][j * sw + phase].
     let row_len = sw * lp;
-    // Stride 1: the plane is one flat run, output (oy, ox) at oy * row_len + ox and every
-    // tap a fixed offset from it; computed into scratch and copied out without the padding
-    // columns. No per-row tails: narrow planes spent most of their time on those.
-    let flat = sw == 1 && p.sh == 1;
-    // The flat run reads up to (kw - 1) * dw past the padded rows (into zeros).
-    let padded = p.hp * row_len + if flat { p.kw * p.dw } else { 0 };
-    let scratch = if flat { p.oh * row_len } else { 0 };
-    buf.clear();
-    buf.resize(padded + scratch, 0.0);
-    let (buf, flat_out) = buf.split_at_mut(padded);
+    let (buf, flat_out) = scratch.buf.split_at_mut(scratch.padded);
     for (r, src) in x.chunks_exact(p.iw).take(p.ih).enumerate() {
         let row = &mut buf[(r + p.pt) * sw * lp..][..sw * lp];
         if sw == 1 {
-            row[p.pl..p.pl + p.iw].copy_from_slice(src);
+            copy_row(&mut row[p.pl..p.pl + p.iw], src);
         } else if sw == 2 {
             // Input column i is padded column i + pl: pairs split into the two phases.
             let (ph0, ph1) = row.split_at_mut(lp);
@@ -208,27 +284,30 @@ fn plane(
         }
     }
     let ow = p.ow;
-    // Offset of each tap inside the buffer, from the first tap of output (0, 0) (divisions
-    // hoisted out of the loops).
-    let offs: Vec<usize> = (0..p.kh)
-        .flat_map(|ky| {
-            (0..p.kw).map(move |kx| {
-                let off = kx * p.dw;
-                ky * p.dh * row_len + (off % sw) * lp + off / sw
-            })
-        })
-        .collect();
-    let buf = &*buf;
-    if flat {
-        weighted_taps(buf, &offs, w, bias, flat_out);
+    let (buf, offs) = (&*buf, &scratch.offs);
+    if p.flat() {
+        #[cfg(target_arch = "x86_64")]
+        if let (true, Ok(o), Ok(w)) = (
+            AVX,
+            <&[usize; 9]>::try_from(&offs[..]),
+            <&[f32; 9]>::try_from(w),
+        ) {
+            // SAFETY: AVX is only true in code reached from `plane_avx2`, which runs only
+            // when the CPU supports AVX2 and FMA.
+            unsafe { taps9_avx2(buf, o, w, bias, flat_out) };
+        } else {
+            weighted_taps(buf, offs, w, bias, flat_out);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        weighted_taps(buf, offs, w, bias, flat_out);
         for (out, run) in y.chunks_exact_mut(ow).zip(flat_out.chunks(row_len)) {
-            out.copy_from_slice(&run[..ow]);
+            copy_row(out, run);
         }
         activate(act, &mut y[..p.oh * ow]);
         return;
     }
     for (oy, out) in y.chunks_exact_mut(ow).enumerate().take(p.oh) {
-        weighted_taps(&buf[oy * p.sh * row_len..], &offs, w, bias, out);
+        weighted_taps(&buf[oy * p.sh * row_len..], offs, w, bias, out);
         activate(act, out);
     }
 }
@@ -268,9 +347,41 @@ unsafe fn plane_avx2(
     bias: f32,
     act: Option<Activation>,
     y: &mut [f32],
-    buf: &mut Vec<f32>,
+    scratch: &mut PlaneScratch,
 ) {
-    plane(p, x, w, bias, act, y, buf)
+    plane::<true>(p, x, w, bias, act, y, scratch)
+}
+
+/// [`weighted_taps`] for nine taps and `out.len()` a multiple of 32: four vectors of outputs
+/// at a time, each tap's weight in a register.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn taps9_avx2(src: &[f32], offs: &[usize; 9], w: &[f32; 9], bias: f32, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    let end = offs.iter().max().map_or(0, |&m| m + n);
+    assert!(n % 32 == 0 && end <= src.len());
+    let wv: [__m256; 9] = std::array::from_fn(|t| _mm256_set1_ps(w[t]));
+    let b = _mm256_set1_ps(bias);
+    for i in (0..n).step_by(32) {
+        let mut acc = [b; 4];
+        for (&off, &wt) in offs.iter().zip(&wv) {
+            // SAFETY: reads 32 floats from off + i, and off + i + 32 <= max(offs) + n <= len
+            // (asserted above).
+            let s = unsafe { src.as_ptr().add(off + i) };
+            for (u, a) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                *a = _mm256_fmadd_ps(unsafe { _mm256_loadu_ps(s.add(8 * u)) }, wt, *a);
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            // SAFETY: i + 32 <= n = out.len().
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i + 8 * u), *a) };
+        }
+    }
 }
 
 /// Offsets (in floats) of every tap inside the interleaved padded buffer, relative to the
@@ -576,7 +687,7 @@ impl Kernel for DepthwiseKernel {
             self.run_blocked(xv, wp, bias, yv);
             return Ok(());
         }
-        let one = |buf: &mut Vec<f32>, (i, out): (usize, &mut [f32])| {
+        let one = |scratch: &mut PlaneScratch, (i, out): (usize, &mut [f32])| {
             let c = i % self.channels;
             let x = &xv[i * in_plane..(i + 1) * in_plane];
             let w = &wv[c * taps..(c + 1) * taps];
@@ -584,8 +695,8 @@ impl Kernel for DepthwiseKernel {
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
-                Isa::Avx2Fma => unsafe { plane_avx2(&p, x, w, b, act, out, buf) },
-                Isa::Portable => plane(&p, x, w, b, act, out, buf),
+                Isa::Avx2Fma => unsafe { plane_avx2(&p, x, w, b, act, out, scratch) },
+                Isa::Portable => plane::<false>(&p, x, w, b, act, out, scratch),
             }
         };
         // About 64K multiply-adds per task.
@@ -594,12 +705,12 @@ impl Kernel for DepthwiseKernel {
             yv.par_chunks_mut(out_plane)
                 .enumerate()
                 .with_min_len(min_len)
-                .for_each_init(Vec::new, one);
+                .for_each_init(|| PlaneScratch::new(&p), one);
         } else {
-            let mut buf = Vec::new();
+            let mut scratch = PlaneScratch::new(&p);
             yv.chunks_mut(out_plane)
                 .enumerate()
-                .for_each(|t| one(&mut buf, t));
+                .for_each(|t| one(&mut scratch, t));
         }
         Ok(())
     }
@@ -715,6 +826,7 @@ mod bench {
             let tp = Taps::new(&p);
             let mut y = vec![0.0f32; c * o * o];
             let mut buf = Vec::new();
+            let mut scratch = PlaneScratch::new(&p);
             let reps = (4_000_000 / (c * o * o * k * k)).max(2);
             let mut dt_row = f64::MAX;
             for _ in 0..7 {
@@ -724,7 +836,7 @@ mod bench {
                         // SAFETY: AVX2 + FMA checked above.
                         #[cfg(target_arch = "x86_64")]
                         unsafe {
-                            plane_avx2(&p, xc, &w[..k * k], 0.0, None, yc, &mut buf)
+                            plane_avx2(&p, xc, &w[..k * k], 0.0, None, yc, &mut scratch)
                         }
                     }
                 }
