@@ -53,8 +53,19 @@ pub(super) unsafe fn column(
     nr: usize,
     e: &TileEpi,
 ) {
+    let fast = nr == NR && simple(e);
     for (ip, i) in (0..rows).step_by(MR).enumerate() {
         let e = e.rows_from(i);
+        if fast && i + MR <= rows {
+            // SAFETY: as below, for a full tile.
+            unsafe {
+                let ct = c.add(i * rsc);
+                prefetch_right(ct, rsc, MR);
+                let acc = product(kc, a.add(ip * kc * MR), b, bs);
+                store_simple(&acc, ct, rsc, &row_bias(&e), e.act);
+            }
+            continue;
+        }
         // SAFETY: tile i of the block the caller vouches for; its panel starts ip panels in.
         unsafe {
             kernel(
@@ -93,6 +104,21 @@ pub(super) unsafe fn row(
     mr: usize,
     e: &TileEpi,
 ) {
+    if mr == MR && simple(e) {
+        // Short-k tiles spent as long on per-tile setup as on their multiplies: the
+        // epilogue is decided once for the row.
+        let rb = row_bias(e);
+        for jp in 0..panels {
+            // SAFETY: tile jp of the block the caller vouches for: B panel jp holds kc rows
+            // of NR floats bs apart, a holds kc * MR floats, C's MR x NR tile is ours.
+            unsafe {
+                let ct = c.add(jp * NR);
+                prefetch_right(ct, rsc, MR);
+                store_simple(&product(kc, a, b.add(jp * step), bs), ct, rsc, &rb, e.act);
+            }
+        }
+        return;
+    }
     for jp in 0..panels {
         let e = e.cols_from(jp * NR);
         // SAFETY: tile jp of the block the caller vouches for.
@@ -125,23 +151,8 @@ pub(super) unsafe fn kernel(
     unsafe {
         // The driver's next tile to the right (same rows, next NR columns) is stored a
         // panel's worth of calls later: fetch its lines now so that store does not stall.
-        for i in 0..mr {
-            let p = c.wrapping_add(i * rsc + NR);
-            _mm_prefetch::<_MM_HINT_T0>(p as *const i8);
-        }
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-        let (mut ap, mut bp) = (a, b);
-        for _ in 0..kc {
-            let b0 = _mm256_loadu_ps(bp);
-            let b1 = _mm256_loadu_ps(bp.add(8));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*ap.add(i));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-            }
-            ap = ap.add(MR);
-            bp = bp.add(bs);
-        }
+        prefetch_right(c, rsc, mr);
+        let acc = product(kc, a, b, bs);
         if nr < NR {
             let mut t = [[0.0f32; NR]; MR];
             for (row, acc) in t.iter_mut().zip(&acc) {
@@ -201,6 +212,96 @@ pub(super) unsafe fn kernel(
             }
         }
     }
+}
+
+/// Whether a full tile's epilogue is the common one [`store_simple`] does: a conv's single
+/// k block (bias per row, a vectorised activation), nothing to scale or add.
+fn simple(e: &TileEpi) -> bool {
+    e.alpha == 1.0
+        && !e.accumulate
+        && e.last
+        && e.col_bias.is_empty()
+        && e.act != Some(Activation::Sigmoid)
+}
+
+/// Fetches the lines of the tile to the right of `c` (same `rows`, next NR columns): the
+/// driver stores it a few calls later, and that store would otherwise stall on the miss.
+///
+/// # Safety
+/// The CPU must support AVX2 (any x86-64 has the prefetch).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn prefetch_right(c: *mut f32, rsc: usize, rows: usize) {
+    for i in 0..rows {
+        // A prefetch never faults and changes no memory, so the address may lie past C
+        // (wrapping arithmetic, no access).
+        _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(i * rsc + NR) as *const i8);
+    }
+}
+
+/// The bias of a tile's MR rows, broadcast (zeros when none).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn row_bias(e: &TileEpi) -> [__m256; MR] {
+    std::array::from_fn(|i| _mm256_set1_ps(e.row_bias.get(i).copied().unwrap_or(0.0)))
+}
+
+/// Stores a full tile through a [`simple`] epilogue: row bias `rb`, activation.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `c` must be valid for writes of the MR x NR tile with
+/// row stride `rsc`, accessed by no one else meanwhile.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn store_simple(
+    acc: &[[__m256; 2]; MR],
+    c: *mut f32,
+    rsc: usize,
+    rb: &[__m256; MR],
+    act: Option<Activation>,
+) {
+    for (i, (acc, &rb)) in acc.iter().zip(rb).enumerate() {
+        let (mut v0, mut v1) = (_mm256_add_ps(acc[0], rb), _mm256_add_ps(acc[1], rb));
+        if let Some(act) = act {
+            // SAFETY: this function's features.
+            if let (Some(a0), Some(a1)) = unsafe { (act8(act, v0), act8(act, v1)) } {
+                (v0, v1) = (a0, a1);
+            }
+        }
+        // SAFETY: row i of the tile the caller vouches for.
+        unsafe {
+            _mm256_storeu_ps(c.add(i * rsc), v0);
+            _mm256_storeu_ps(c.add(i * rsc + 8), v1);
+        }
+    }
+}
+
+/// The MR x NR accumulator tile: `kc` steps over the packed A panel `a` and `kc` rows of
+/// `NR` floats of `b`, `bs` apart.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `a` must hold `kc * MR` floats and `b` the `kc` rows.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn product(kc: usize, a: *const f32, b: *const f32, bs: usize) -> [[__m256; 2]; MR] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+    let (mut ap, mut bp) = (a, b);
+    // SAFETY: kc steps of MR floats of a and NR floats of b, within what the caller vouches
+    // for.
+    unsafe {
+        for _ in 0..kc {
+            let b0 = _mm256_loadu_ps(bp);
+            let b1 = _mm256_loadu_ps(bp.add(8));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(i));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+            ap = ap.add(MR);
+            bp = bp.add(bs);
+        }
+    }
+    acc
 }
 
 /// `acc[i][..] += sum_p a[i * lda + p] * b[p * bs..][..NR]` for `i < m` (1..=4).
