@@ -8,6 +8,7 @@
 
 use crate::gemm::{PackedMatrix, Side};
 use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
+use crate::stride2;
 use crate::winograd::{WinogradKernel, WinogradTile};
 use crate::Sgemm;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
@@ -15,6 +16,7 @@ use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// im2col buffer budget per task, in elements (about 512 KB).
 const BLOCK_ELEMS: usize = 1 << 17;
@@ -65,7 +67,191 @@ pub struct ConvKernel {
     packed: Option<Vec<PackedMatrix>>,
     /// 1x1 kernel, stride 1, no padding: X itself is the GEMM's right operand.
     pointwise: bool,
+    /// 2-D: B panels packed from phase planes (see [`PhasePlanes`]) instead of im2col rows.
+    phases: Option<PhasePlanes>,
     activation: Option<Activation>,
+}
+
+/// A 2-D convolution's input rearranged so that every im2col row is a few contiguous runs:
+/// the zero-padded input of each channel split into `sh x sw` phase planes of `hq x wq`
+/// (phase `(a, b)` holds the padded rows `a, a + sh, ...` and columns `b, b + sw, ...`).
+/// im2col row `(c, ky, kx)` at output `(oy, ox)` is then the planes at a fixed offset plus
+/// `oy * wq + ox`, so packing a B panel is one 16-float copy per row (a few where the panel
+/// crosses output rows): no per-element bounds, strides or gathers, which the im2col rows
+/// spent a quarter of a conv's time on.
+#[derive(Debug)]
+struct PhasePlanes {
+    sh: usize,
+    sw: usize,
+    hq: usize,
+    wq: usize,
+    /// Offset of im2col row `(c, ky, kx)` in one group's planes.
+    offs: Vec<usize>,
+    /// Floats of one group's planes, with some zeros after them.
+    len: usize,
+}
+
+/// The first `n` values of a scratch buffer, grown when needed but never cleared: callers
+/// write every value they read (zeroing shared scratch on every call cost as much as using
+/// it).
+fn grown(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// Largest phase-plane buffer (floats per group) the 2-D path allocates (hostile pads).
+const PHASE_MAX_FLOATS: usize = 1 << 26;
+
+impl PhasePlanes {
+    /// `None` unless the convolution is 2-D (and its planes fit [`PHASE_MAX_FLOATS`]).
+    fn new(geo: &Geo3, s: &ConvShapes, cg: usize) -> Option<PhasePlanes> {
+        if s.geometry.input.len() != 2 {
+            return None;
+        }
+        let ([_, ih, iw], [_, oh, ow]) = (geo.input, geo.output);
+        let ([_, kh, kw], [_, sh, sw]) = (geo.kernel, geo.strides);
+        let ([_, dh, dw], [_, pt, pl]) = (geo.dilations, geo.pad);
+        let hq = (ih + pt).div_ceil(sh).max(oh + (kh - 1) * dh / sh);
+        let wq = (iw + pl).div_ceil(sw).max(ow + (kw - 1) * dw / sw);
+        let phase = hq.checked_mul(wq)?;
+        let per_c = phase.checked_mul(sh)?.checked_mul(sw)?;
+        let len = cg
+            .checked_mul(per_c)?
+            .checked_add((kw - 1) * dw / sw + NR)?;
+        if len > PHASE_MAX_FLOATS || oh == 0 || ow == 0 {
+            return None;
+        }
+        let mut offs = Vec::with_capacity(cg * kh * kw);
+        for c in 0..cg {
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let (r, t) = (ky * dh, kx * dw);
+                    let which = (r % sh) * sw + t % sw;
+                    offs.push(c * per_c + which * phase + r / sh * wq + t / sw);
+                }
+            }
+        }
+        Some(PhasePlanes {
+            sh,
+            sw,
+            hq,
+            wq,
+            offs,
+            len,
+        })
+    }
+
+    /// Writes the planes of one group's input `x` (`cg` planes of `ih x iw`) to `xp`, every
+    /// value (the buffer is shared with other convolutions).
+    fn fill(&self, x: &[f32], [ih, iw]: [usize; 2], [pt, pl]: [usize; 2], xp: &mut [f32]) {
+        let (sh, sw, wq) = (self.sh, self.sw, self.wq);
+        let phase = self.hq * wq;
+        let cg = x.len() / (ih * iw).max(1);
+        for (src, planes) in x
+            .chunks_exact(ih * iw)
+            .zip(xp.chunks_exact_mut(sh * sw * phase))
+            .take(cg)
+        {
+            for a in 0..sh {
+                for i in 0..self.hq {
+                    let input_row = (i * sh + a).checked_sub(pt).filter(|&r| r < ih);
+                    let row = |b: usize| (a * sw + b) * phase + i * wq;
+                    let Some(r) = input_row else {
+                        for b in 0..sw {
+                            planes[row(b)..row(b) + wq].fill(0.0);
+                        }
+                        continue;
+                    };
+                    let src = &src[r * iw..(r + 1) * iw];
+                    if sw == 1 {
+                        let dst = &mut planes[row(0)..row(0) + wq];
+                        dst[..pl].fill(0.0);
+                        dst[pl..pl + iw].copy_from_slice(src);
+                        dst[pl + iw..].fill(0.0);
+                    } else if sw == 2 {
+                        // Input column t lands in phase (t + pl) % 2 at (t + pl) / 2.
+                        let (p0, p1) = planes[row(0)..row(1) + wq].split_at_mut(phase);
+                        let (d0, d1) = (&mut p0[..wq], &mut p1[..wq]);
+                        d0.fill(0.0);
+                        d1.fill(0.0);
+                        let (first, second, o0, o1) = if pl % 2 == 0 {
+                            (d0, d1, pl / 2, pl / 2)
+                        } else {
+                            (d1, d0, pl / 2, pl / 2 + 1)
+                        };
+                        let n = iw / 2;
+                        if iw % 2 == 1 {
+                            first[o0 + n] = src[2 * n];
+                        }
+                        stride2::deinterleave(src, &mut first[o0..o0 + n], &mut second[o1..o1 + n]);
+                    } else {
+                        for b in 0..sw {
+                            let at = row(b);
+                            for (j, d) in planes[at..at + wq].iter_mut().enumerate() {
+                                *d = (j * sw + b)
+                                    .checked_sub(pl)
+                                    .and_then(|t| src.get(t))
+                                    .copied()
+                                    .unwrap_or(0.0);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        xp[cg * sh * sw * phase..self.len].fill(0.0);
+    }
+
+    /// Packs output columns `p0..p0 + np` (output `p` is `(p / ow, p % ow)`) of the im2col
+    /// matrix from the planes `xp` into `buf` in the GEMM's packed-B layout (per KC block,
+    /// per panel of NR columns, `kc` rows of NR values). A panel's columns are one run of
+    /// the planes, or a few where it crosses output rows; the last panel's missing columns
+    /// are zeros.
+    fn pack(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
+        let (kdim, npan) = (self.offs.len(), np.div_ceil(NR));
+        // Per panel: (offset in the planes, first lane, lanes) of each run.
+        let mut runs: Vec<(usize, usize, usize)> = Vec::with_capacity(4);
+        for jp in 0..npan {
+            let (start, end) = (p0 + jp * NR, (p0 + jp * NR + NR).min(p0 + np));
+            runs.clear();
+            let mut p = start;
+            while p < end {
+                let (oy, ox) = (p / ow, p % ow);
+                let len = (ow - ox).min(end - p);
+                runs.push((oy * self.wq + ox, p - start, len));
+                p += len;
+            }
+            let whole = runs.len() == 1 && runs[0].2 == NR;
+            for pc in (0..kdim).step_by(KC) {
+                let kc = KC.min(kdim - pc);
+                let panel = &mut buf[pc * npan * NR + jp * kc * NR..][..kc * NR];
+                for (d, &o) in panel.chunks_exact_mut(NR).zip(&self.offs[pc..pc + kc]) {
+                    if whole {
+                        let q = o + runs[0].0;
+                        let s: &[f32; NR] = xp[q..q + NR].try_into().expect("NR values");
+                        d.copy_from_slice(s);
+                        continue;
+                    }
+                    d.fill(0.0);
+                    for &(q, lane, len) in &runs {
+                        for (dv, &sv) in d[lane..lane + len].iter_mut().zip(&xp[o + q..]) {
+                            *dv = sv;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The phase planes of the convolution being run (kept between runs: allocating them
+    /// per run cost page faults).
+    static PLANES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A task's packed B block and product block.
+    static TASK_BUFS: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// The data (input 0) and weights (input 1) of a convolution kernel, checked to have the
@@ -187,8 +373,13 @@ impl ConvKernel {
             None => None,
         };
         let y_shape = s.output_shape();
+        let phases = match pointwise {
+            true => None,
+            false => PhasePlanes::new(&geo, &s, s.in_channels / s.group),
+        };
         Ok(Some(ConvKernel {
             gemm,
+            phases,
             geo,
             x_shape: x_shape.to_vec(),
             w_shape: w_shape.to_vec(),
@@ -206,7 +397,7 @@ impl ConvKernel {
     fn im2col_packed(&self, x: &[f32], p0: usize, bp: usize, buf: &mut [f32], row: &mut Vec<f32>) {
         let kdim = buf.len() / (bp.div_ceil(NR) * NR).max(1);
         let npan = bp.div_ceil(NR);
-        row.resize(npan * NR, 0.0);
+        let row = grown(row, npan * NR);
         let mut r = 0;
         self.im2col_rows(x, p0, bp, row, |row| {
             let pc = r / KC * KC;
@@ -357,6 +548,9 @@ impl Kernel for ConvKernel {
                 && yv.len() == self.s.batch * self.s.out_channels * p_total,
             "conv: buffer sizes differ from the plan"
         );
+        // 2-D convs pack B from phase planes (see PhasePlanes) rather than im2col rows.
+        let phases = self.phases.as_ref();
+        let [_, _, ow] = self.geo.output;
         // Column blocks: the im2col block fits in cache, and there are enough tasks to go round
         // (a multiple of the thread count, so the threads finish together).
         let threads = rayon::current_num_threads().max(1);
@@ -384,74 +578,89 @@ impl Kernel for ConvKernel {
         let msplit = mg.div_ceil(mchunk.max(1)).max(1);
         let tasks = pairs * nblocks * msplit;
         let yp = SendPtr(yv.as_mut_ptr());
-        let task = |bufs: &mut (Vec<f32>, Vec<f32>), t: usize| {
-            let (pair, rest) = (t / (nblocks * msplit), t % (nblocks * msplit));
-            let (blk, mc) = (rest / msplit, rest % msplit);
-            let (n, g) = (pair / group, pair % group);
-            let p0 = blk * bp;
-            let np = bp.min(p_total - p0);
-            let xs = (n * self.s.in_channels + g * cg) * in_plane;
-            let x = &xv[xs..xs + cg * in_plane];
-            let b = if self.pointwise {
-                Src::Strided {
-                    data: &x[p0..],
-                    rs: p_total,
-                    cs: 1,
+        PLANES.with(|planes| {
+            let mut planes = planes.borrow_mut();
+            if let Some(f) = phases {
+                let planes = grown(&mut planes, pairs * f.len);
+                for (pair, xp) in planes.chunks_exact_mut(f.len).enumerate() {
+                    let (n, g) = (pair / group, pair % group);
+                    let x = &xv[(n * self.s.in_channels + g * cg) * in_plane..][..cg * in_plane];
+                    let [_, ih, iw] = self.geo.input;
+                    f.fill(x, [ih, iw], [self.geo.pad[1], self.geo.pad[2]], xp);
                 }
-            } else {
-                let (buf, row) = bufs;
-                buf.resize(kdim * np.div_ceil(NR) * NR, 0.0);
-                self.im2col_packed(x, p0, np, buf, row);
-                Src::Packed(buf)
-            };
-            let a = match (&self.packed, w_in) {
-                (Some(p), _) => Src::Packed(p[g].data()),
-                (None, Some(w)) => Src::Strided {
-                    data: &w[g * mg * kdim..],
-                    rs: kdim,
-                    cs: 1,
-                },
-                (None, None) => unreachable!("weights are packed or given"),
-            };
-            let prob = Problem {
-                isa: self.gemm.isa,
-                m: mg,
-                n: np,
-                k: kdim,
-                alpha: 1.0,
-                a,
-                b,
-                accumulate: false,
-                row_bias: bias.map(|b| &b[g * mg..(g + 1) * mg]).unwrap_or(&[]),
-                col_bias: &[],
-                act: self.activation,
-            };
-            let m0 = mc * mchunk;
-            let m1 = (m0 + mchunk).min(mg);
-            // SAFETY: the output holds batch * M * P elements (checked above); this task's
-            // C starts at row (n, g * mg), column p0, with row stride P, and covers rows
-            // m0..m1 of the group and its np columns: tasks write disjoint blocks.
-            unsafe {
-                let c = yp
-                    .get()
-                    .add((n * self.s.out_channels + g * mg) * p_total + p0);
-                prob.run_block(c, p_total, m0, m1, 0, np);
             }
-        };
-        if par && tasks > 1 {
-            (0..tasks)
-                .into_par_iter()
-                .for_each_init(Default::default, |bufs, t| task(bufs, t));
-        } else {
-            let mut bufs = Default::default();
-            (0..tasks).for_each(|t| task(&mut bufs, t));
-        }
+            let planes = &*planes;
+            let task = |t: usize| {
+                let (pair, rest) = (t / (nblocks * msplit), t % (nblocks * msplit));
+                let (blk, mc) = (rest / msplit, rest % msplit);
+                let (n, g) = (pair / group, pair % group);
+                let p0 = blk * bp;
+                let np = bp.min(p_total - p0);
+                let xs = (n * self.s.in_channels + g * cg) * in_plane;
+                let x = &xv[xs..xs + cg * in_plane];
+                let a = match (&self.packed, w_in) {
+                    (Some(p), _) => Src::Packed(p[g].data()),
+                    (None, Some(w)) => Src::Strided {
+                        data: &w[g * mg * kdim..],
+                        rs: kdim,
+                        cs: 1,
+                    },
+                    (None, None) => unreachable!("weights are packed or given"),
+                };
+                let m0 = mc * mchunk;
+                let m1 = (m0 + mchunk).min(mg);
+                let y0 = (n * self.s.out_channels + g * mg) * p_total;
+                TASK_BUFS.with(|bufs| {
+                    let mut bufs = bufs.borrow_mut();
+                    let (buf, block) = &mut *bufs;
+                    let b = if self.pointwise {
+                        Src::Strided {
+                            data: &x[p0..],
+                            rs: p_total,
+                            cs: 1,
+                        }
+                    } else {
+                        let buf = grown(buf, kdim * np.div_ceil(NR) * NR);
+                        match phases {
+                            Some(f) => f.pack(&planes[pair * f.len..][..f.len], ow, p0, np, buf),
+                            None => self.im2col_packed(x, p0, np, buf, block),
+                        }
+                        Src::Packed(buf)
+                    };
+                    let prob = Problem {
+                        isa: self.gemm.isa,
+                        m: mg,
+                        n: np,
+                        k: kdim,
+                        alpha: 1.0,
+                        a,
+                        b,
+                        accumulate: false,
+                        row_bias: bias.map(|b| &b[g * mg..(g + 1) * mg]).unwrap_or(&[]),
+                        col_bias: &[],
+                        act: self.activation,
+                    };
+                    // SAFETY: the output holds batch * M * P elements (checked above); this
+                    // task's C starts at row (n, g * mg), column p0, with row stride P, and
+                    // covers rows m0..m1 of the group and its np columns: tasks write
+                    // disjoint blocks.
+                    unsafe { prob.run_block(yp.get().add(y0 + p0), p_total, m0, m1, 0, np) };
+                });
+            };
+            if par && tasks > 1 {
+                (0..tasks).into_par_iter().for_each(task);
+            } else {
+                (0..tasks).for_each(task);
+            }
+        });
         Ok(())
     }
 
     fn name(&self) -> &str {
         if self.pointwise {
             "cpu.conv.pointwise"
+        } else if self.phases.is_some() {
+            "cpu.conv.phases"
         } else {
             "cpu.conv.im2col"
         }

@@ -281,6 +281,14 @@ fn conv_cases() -> Vec<ConvCase> {
             pads: Some(&[0, 0, 1, 1]),
             ..cc(&[2, 3, 9, 80], &[3, 1, 3, 3])
         },
+        // Phase planes with a column stride of 3 and dilation, odd top padding.
+        ConvCase {
+            strides: Some(&[2, 3]),
+            dilations: Some(&[1, 2]),
+            pads: Some(&[1, 2, 0, 2]),
+            bias: true,
+            ..cc(&[1, 4, 11, 17], &[5, 4, 3, 2])
+        },
         // Few output channels with a deep input: B read in place, also past one KC block.
         ConvCase {
             bias: true,
@@ -362,6 +370,7 @@ fn conv_matches_reference() {
     assert!(names.iter().any(|n| n == "cpu.conv.pointwise"));
     assert!(names.iter().any(|n| n == "cpu.conv.depthwise"));
     assert!(names.iter().any(|n| n == "cpu.conv.im2col"));
+    assert!(names.iter().any(|n| n == "cpu.conv.phases"));
 }
 
 #[test]
