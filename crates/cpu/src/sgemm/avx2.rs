@@ -1,7 +1,7 @@
 //! The 6x16 AVX2 + FMA microkernel: 12 ymm accumulators, two B loads and one A broadcast per
 //! step; the epilogue (alpha, accumulate, bias, activation) is vectorised for full tiles.
 
-use super::{store_scalar, TileEpi, MR, NR};
+use super::{TileEpi, MR, NR};
 use ferrolite_core::ops::nn::activation::Activation;
 use std::arch::x86_64::*;
 
@@ -152,28 +152,29 @@ pub(super) unsafe fn kernel(
         // The driver's next tile to the right (same rows, next NR columns) is stored a
         // panel's worth of calls later: fetch its lines now so that store does not stall.
         prefetch_right(c, rsc, mr);
-        let acc = product(kc, a, b, bs);
-        if nr < NR {
-            let mut t = [[0.0f32; NR]; MR];
-            for (row, acc) in t.iter_mut().zip(&acc) {
-                _mm256_storeu_ps(row.as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(row.as_mut_ptr().add(8), acc[1]);
-            }
-            store_scalar(&t, c, rsc, mr, nr, e);
-            return;
-        }
+        // A tile of at most 8 columns (the last panel of N = 49, 196, ...) needs only half
+        // the multiplies.
+        let acc = if nr <= 8 {
+            let half = product_half(kc, a, b, bs);
+            std::array::from_fn(|i| [half[i], _mm256_setzero_ps()])
+        } else {
+            product(kc, a, b, bs)
+        };
+        // Lanes of each half that belong to the tile (partial tiles load masked and store
+        // only their nr columns: never touching C past them).
+        let (m0, m1) = (lanes(nr.min(8)), lanes(nr.saturating_sub(8)));
         let alpha = _mm256_set1_ps(e.alpha);
         let scale = e.alpha != 1.0;
-        let col_bias = e.last && e.col_bias.len() >= NR;
+        let col_bias = e.last && e.col_bias.len() >= nr;
         let (cb0, cb1) = if col_bias {
             (
-                _mm256_loadu_ps(e.col_bias.as_ptr()),
-                _mm256_loadu_ps(e.col_bias.as_ptr().add(8)),
+                _mm256_maskload_ps(e.col_bias.as_ptr(), m0),
+                _mm256_maskload_ps(e.col_bias.as_ptr().add(8), m1),
             )
         } else {
             (_mm256_setzero_ps(), _mm256_setzero_ps())
         };
-        // Full-width rows (mr may be short: only its rows are stored).
+        // Only the tile's mr rows are stored.
         for (i, acc) in acc.iter().enumerate().take(mr) {
             let p = c.add(i * rsc);
             let (mut v0, mut v1) = (acc[0], acc[1]);
@@ -182,8 +183,8 @@ pub(super) unsafe fn kernel(
                 v1 = _mm256_mul_ps(v1, alpha);
             }
             if e.accumulate {
-                v0 = _mm256_add_ps(v0, _mm256_loadu_ps(p));
-                v1 = _mm256_add_ps(v1, _mm256_loadu_ps(p.add(8)));
+                v0 = _mm256_add_ps(v0, _mm256_maskload_ps(p, m0));
+                v1 = _mm256_add_ps(v1, _mm256_maskload_ps(p.add(8), m1));
             }
             let mut scalar_act = None;
             if e.last {
@@ -203,15 +204,66 @@ pub(super) unsafe fn kernel(
                     }
                 }
             }
-            _mm256_storeu_ps(p, v0);
-            _mm256_storeu_ps(p.add(8), v1);
+            if nr == NR {
+                _mm256_storeu_ps(p, v0);
+                _mm256_storeu_ps(p.add(8), v1);
+            } else {
+                // Through a buffer: masked stores are microcoded (slow) on AMD up to Zen 2.
+                let mut t = [0.0f32; NR];
+                _mm256_storeu_ps(t.as_mut_ptr(), v0);
+                _mm256_storeu_ps(t.as_mut_ptr().add(8), v1);
+                std::ptr::copy_nonoverlapping(t.as_ptr(), p, nr);
+            }
             if let Some(act) = scalar_act {
-                for j in 0..NR {
+                for j in 0..nr {
                     *p.add(j) = act.apply(*p.add(j));
                 }
             }
         }
     }
+}
+
+/// A mask of the first `n` (at most 8) lanes.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn lanes(n: usize) -> __m256i {
+    const ONES_THEN_ZEROS: [i32; 16] = [-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0];
+    let n = n.min(8);
+    // SAFETY: reads 8 i32 from index 8 - n <= 8 of a 16-element array.
+    unsafe { _mm256_loadu_si256(ONES_THEN_ZEROS.as_ptr().add(8 - n).cast()) }
+}
+
+/// The left half (8 columns) of [`product`], two k steps at a time into separate
+/// accumulators so that twelve FMA chains stay in flight.
+///
+/// # Safety
+/// As [`product`] (only the first 8 floats of each B row are read).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn product_half(kc: usize, a: *const f32, b: *const f32, bs: usize) -> [__m256; MR] {
+    let mut even = [_mm256_setzero_ps(); MR];
+    let mut odd = [_mm256_setzero_ps(); MR];
+    let (mut ap, mut bp) = (a, b);
+    // SAFETY: kc steps of MR floats of a and 8 floats of b, within what the caller vouches
+    // for.
+    unsafe {
+        for _ in 0..kc / 2 {
+            let (b0, b1) = (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(bs)));
+            for i in 0..MR {
+                even[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(i)), b0, even[i]);
+                odd[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(MR + i)), b1, odd[i]);
+            }
+            ap = ap.add(2 * MR);
+            bp = bp.add(2 * bs);
+        }
+        if kc % 2 == 1 {
+            let b0 = _mm256_loadu_ps(bp);
+            for i in 0..MR {
+                even[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(i)), b0, even[i]);
+            }
+        }
+    }
+    std::array::from_fn(|i| _mm256_add_ps(even[i], odd[i]))
 }
 
 /// Whether a full tile's epilogue is the common one [`store_simple`] does: a conv's single
