@@ -249,17 +249,17 @@ unsafe fn product_half(kc: usize, a: *const f32, b: *const f32, bs: usize) -> [_
     unsafe {
         for _ in 0..kc / 2 {
             let (b0, b1) = (_mm256_loadu_ps(bp), _mm256_loadu_ps(bp.add(bs)));
-            for i in 0..MR {
-                even[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(i)), b0, even[i]);
-                odd[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(MR + i)), b1, odd[i]);
+            for (i, (e, o)) in even.iter_mut().zip(&mut odd).enumerate() {
+                *e = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(i)), b0, *e);
+                *o = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(MR + i)), b1, *o);
             }
             ap = ap.add(2 * MR);
             bp = bp.add(2 * bs);
         }
         if kc % 2 == 1 {
             let b0 = _mm256_loadu_ps(bp);
-            for i in 0..MR {
-                even[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(i)), b0, even[i]);
+            for (i, e) in even.iter_mut().enumerate() {
+                *e = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(i)), b0, *e);
             }
         }
     }
