@@ -2,6 +2,8 @@
 //! our packed microkernels ([`crate::sgemm`]).
 
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
+#[cfg(test)]
+use crate::sgemm::KC;
 use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
@@ -533,10 +535,10 @@ mod tests {
             (1, 1, 1),
             (5, 3, 17),
             (6, 16, 16),
-            (7, 300, 33),
+            (7, KC + 44, 33),
             (13, 1, 2100),
-            (130, 257, 40),
-            (2, 600, 5),
+            (130, KC + 1, 40),
+            (2, 2 * KC + 88, 5),
             (250, 70, 90),
             // The tiny-M streaming path: m = 1..4 (and 5..7 just above it), odd n and k,
             // k across KC blocks, n with partial strips.
@@ -544,9 +546,9 @@ mod tests {
             (1, 1024, 1000),
             (1, 3, 15),
             (2, 7, 33),
-            (2, 257, 16),
-            (3, 300, 17),
-            (4, 513, 50),
+            (2, KC + 1, 16),
+            (3, KC + 44, 17),
+            (4, 2 * KC + 1, 50),
             (4, 1, 1),
             (5, 9, 31),
             (6, 33, 47),

@@ -295,7 +295,7 @@ fn conv_cases() -> Vec<ConvCase> {
             ..cc(&[1, 100, 9, 41], &[24, 100, 1, 1])
         },
         ConvCase {
-            ..cc(&[1, 300, 5, 40], &[20, 300, 1, 1])
+            ..cc(&[1, 1100, 3, 11], &[20, 1100, 1, 1])
         },
         // Large GEMMs: k > KC, m > MC, many column blocks, row splits.
         ConvCase {
@@ -305,7 +305,7 @@ fn conv_cases() -> Vec<ConvCase> {
         },
         ConvCase {
             bias: true,
-            ..cc(&[1, 300, 7, 7], &[200, 300, 1, 1])
+            ..cc(&[1, 1100, 7, 7], &[200, 1100, 1, 1])
         },
         ConvCase {
             strides: Some(&[2, 2]),
