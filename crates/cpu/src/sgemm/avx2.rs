@@ -344,31 +344,37 @@ unsafe fn product(kc: usize, a: *const f32, b: *const f32, bs: usize) -> [[__m25
         // Four steps per iteration: the loop's own instructions shared by more FMAs.
         for _ in 0..kc / 4 {
             for u in 0..4 {
-                let (a, b) = (ap.add(u * MR), bp.add(u * bs));
-                let b0 = _mm256_loadu_ps(b);
-                let b1 = _mm256_loadu_ps(b.add(8));
-                for (i, row) in acc.iter_mut().enumerate() {
-                    let av = _mm256_broadcast_ss(&*a.add(i));
-                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-                }
+                step(&mut acc, ap.add(u * MR), bp.add(u * bs));
             }
             ap = ap.add(4 * MR);
             bp = bp.add(4 * bs);
         }
         for _ in 0..kc % 4 {
-            let b0 = _mm256_loadu_ps(bp);
-            let b1 = _mm256_loadu_ps(bp.add(8));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*ap.add(i));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-            }
+            step(&mut acc, ap, bp);
             ap = ap.add(MR);
             bp = bp.add(bs);
         }
     }
     acc
+}
+
+/// One k step of [`product`]: `acc[i] += a[i] * b[..NR]`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `a` must hold MR floats and `b` NR.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn step(acc: &mut [[__m256; 2]; MR], a: *const f32, b: *const f32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let b0 = _mm256_loadu_ps(b);
+        let b1 = _mm256_loadu_ps(b.add(8));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = _mm256_broadcast_ss(&*a.add(i));
+            row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+            row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+        }
+    }
 }
 
 /// `acc[i][..] += sum_p a[i * lda + p] * b[p * bs..][..NR]` for `i < m` (1..=4).
