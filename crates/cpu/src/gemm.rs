@@ -2,8 +2,6 @@
 //! our packed microkernels ([`crate::sgemm`]).
 
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
-#[cfg(test)]
-use crate::sgemm::KC;
 use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
@@ -354,6 +352,7 @@ impl Gemm for Sgemm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sgemm::KC;
 
     #[test]
     fn packing_by_row_blocks_equals_packing_whole() {
