@@ -356,7 +356,12 @@ mod tests {
 
     #[test]
     fn packing_by_row_blocks_equals_packing_whole() {
-        for (rows, cols, block) in [(13, 7, 6), (48, 300, 12), (50, 513, 24), (5, 3, 6)] {
+        for (rows, cols, block) in [
+            (13, 7, 6),
+            (48, KC + 44, 12),
+            (50, 2 * KC + 1, 24),
+            (5, 3, 6),
+        ] {
             let a: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.5 - 3.0).collect();
             let whole = Sgemm::default()
                 .pack(
