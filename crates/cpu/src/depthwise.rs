@@ -2,7 +2,7 @@
 //! zero-padded, stride-deinterleaved buffer, so every kernel tap becomes a contiguous
 //! multiply-add along the output row (vectorised by the compiler; compiled a second time with
 //! AVX2 + FMA enabled and picked at run time). 3x3 kernels sum all nine taps in one pass; at
-//! stride 1 the whole plane is one flat run (see [`Plane::flat`]).
+//! stride 1 the whole plane is one flat run (see `Plane::flat`).
 //!
 //! Small planes (short output rows) give that row path too little to vectorise, so they take
 //! a channel-blocked path instead: 8 channels are interleaved into a zero-padded
