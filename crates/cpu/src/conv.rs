@@ -578,8 +578,10 @@ impl Kernel for ConvKernel {
         let msplit = mg.div_ceil(mchunk.max(1)).max(1);
         let tasks = pairs * nblocks * msplit;
         let yp = SendPtr(yv.as_mut_ptr());
-        PLANES.with(|planes| {
-            let mut planes = planes.borrow_mut();
+        // Taken out of the thread-local for the run, not borrowed: while this thread waits for
+        // the parallel tasks, rayon may run another convolution on it (a concurrent run).
+        let mut planes = PLANES.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        {
             if let Some(f) = phases {
                 let planes = grown(&mut planes, pairs * f.len);
                 for (pair, xp) in planes.chunks_exact_mut(f.len).enumerate() {
@@ -652,7 +654,8 @@ impl Kernel for ConvKernel {
             } else {
                 (0..tasks).for_each(task);
             }
-        });
+        }
+        PLANES.with(|p| *p.borrow_mut() = planes);
         Ok(())
     }
 
