@@ -171,21 +171,11 @@ impl PhasePlanes {
                         dst[pl..pl + iw].copy_from_slice(src);
                         dst[pl + iw..].fill(0.0);
                     } else if sw == 2 {
-                        // Input column t lands in phase (t + pl) % 2 at (t + pl) / 2.
                         let (p0, p1) = planes[row(0)..row(1) + wq].split_at_mut(phase);
                         let (d0, d1) = (&mut p0[..wq], &mut p1[..wq]);
                         d0.fill(0.0);
                         d1.fill(0.0);
-                        let (first, second, o0, o1) = if pl % 2 == 0 {
-                            (d0, d1, pl / 2, pl / 2)
-                        } else {
-                            (d1, d0, pl / 2, pl / 2 + 1)
-                        };
-                        let n = iw / 2;
-                        if iw % 2 == 1 {
-                            first[o0 + n] = src[2 * n];
-                        }
-                        stride2::deinterleave(src, &mut first[o0..o0 + n], &mut second[o1..o1 + n]);
+                        stride2::split_padded_row(src, pl, d0, d1);
                     } else {
                         for b in 0..sw {
                             let at = row(b);

@@ -258,18 +258,8 @@ fn plane<const AVX: bool>(
         if sw == 1 {
             copy_row(&mut row[p.pl..p.pl + p.iw], src);
         } else if sw == 2 {
-            // Input column i is padded column i + pl: pairs split into the two phases.
             let (ph0, ph1) = row.split_at_mut(lp);
-            let (first, second, o0, o1) = if p.pl % 2 == 0 {
-                (ph0, ph1, p.pl / 2, p.pl / 2)
-            } else {
-                (ph1, ph0, p.pl / 2, p.pl / 2 + 1)
-            };
-            let n = src.len() / 2;
-            if src.len() % 2 == 1 {
-                first[o0 + n] = src[2 * n];
-            }
-            stride2::deinterleave(src, &mut first[o0..o0 + n], &mut second[o1..o1 + n]);
+            stride2::split_padded_row(src, p.pl, ph0, ph1);
         } else {
             // Phase r holds padded columns r, r + sw, ...; no division per element.
             for (r, dst) in row.chunks_exact_mut(lp).enumerate() {

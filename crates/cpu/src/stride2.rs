@@ -25,6 +25,24 @@ pub(crate) fn deinterleave(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
     }
 }
 
+/// Writes a row that starts `pad` columns into a padded row to the padded row's even and odd
+/// columns (`even[j]` is padded column `2 j`, `odd[j]` column `2 j + 1`); the padding
+/// columns are left as they are. Both phases must hold `(pad + src.len()).div_ceil(2)` values.
+pub(crate) fn split_padded_row(src: &[f32], pad: usize, even: &mut [f32], odd: &mut [f32]) {
+    // Input column t is padded column t + pad: with an odd pad, input pairs start on an odd
+    // column.
+    let (first, second, o0, o1) = if pad % 2 == 0 {
+        (even, odd, pad / 2, pad / 2)
+    } else {
+        (odd, even, pad / 2, pad / 2 + 1)
+    };
+    let n = src.len() / 2;
+    if src.len() % 2 == 1 {
+        first[o0 + n] = src[2 * n];
+    }
+    deinterleave(src, &mut first[o0..o0 + n], &mut second[o1..o1 + n]);
+}
+
 /// `dst[i] = src[2 i]` for every `i < dst.len()`; `src` must hold `2 dst.len() - 1` values.
 pub(crate) fn evens(src: &[f32], dst: &mut [f32]) {
     let n = dst.len();
@@ -115,6 +133,23 @@ mod tests {
                 (-1.0, -1.0),
                 "len {len}: wrote past the pairs"
             );
+        }
+    }
+
+    #[test]
+    fn split_padded_row_places_every_column() {
+        for len in 0..21usize {
+            for pad in 0..4usize {
+                let src: Vec<f32> = (1..=len).map(|i| i as f32).collect();
+                let half = (pad + len).div_ceil(2);
+                let (mut e, mut o) = (vec![0.0; half], vec![0.0; half]);
+                split_padded_row(&src, pad, &mut e, &mut o);
+                for col in 0..2 * half {
+                    let got = if col % 2 == 0 { e[col / 2] } else { o[col / 2] };
+                    let want = col.checked_sub(pad).and_then(|t| src.get(t)).copied();
+                    assert_eq!(got, want.unwrap_or(0.0), "len {len} pad {pad} column {col}");
+                }
+            }
         }
     }
 
