@@ -87,7 +87,7 @@ struct PhasePlanes {
     wq: usize,
     /// Offset of im2col row `(c, ky, kx)` in one group's planes.
     offs: Vec<usize>,
-    /// Floats of one group's planes, with some zeros after them.
+    /// Floats of one group's planes.
     len: usize,
 }
 
@@ -117,9 +117,7 @@ impl PhasePlanes {
         let wq = (iw + pl).div_ceil(sw).max(ow + (kw - 1) * dw / sw);
         let phase = hq.checked_mul(wq)?;
         let per_c = phase.checked_mul(sh)?.checked_mul(sw)?;
-        let len = cg
-            .checked_mul(per_c)?
-            .checked_add((kw - 1) * dw / sw + NR)?;
+        let len = cg.checked_mul(per_c)?;
         if len > PHASE_MAX_FLOATS || oh == 0 || ow == 0 {
             return None;
         }
@@ -191,7 +189,6 @@ impl PhasePlanes {
                 }
             }
         }
-        xp[cg * sh * sw * phase..self.len].fill(0.0);
     }
 
     /// Packs output columns `p0..p0 + np` (output `p` is `(p / ow, p % ow)`) of the im2col
@@ -201,19 +198,20 @@ impl PhasePlanes {
     /// are zeros.
     fn pack(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
         let (kdim, npan) = (self.offs.len(), np.div_ceil(NR));
-        // Per panel: (offset in the planes, first lane, lanes) of each run.
-        let mut runs: Vec<(usize, usize, usize)> = Vec::with_capacity(4);
+        // Per panel: (offset in the planes, first lane, lanes) of each run; at most NR.
+        let mut all_runs = [(0usize, 0usize, 0usize); NR];
         for jp in 0..npan {
             let (start, end) = (p0 + jp * NR, (p0 + jp * NR + NR).min(p0 + np));
-            runs.clear();
-            let mut p = start;
+            let (mut p, mut count) = (start, 0);
             while p < end {
                 let (oy, ox) = (p / ow, p % ow);
                 let len = (ow - ox).min(end - p);
-                runs.push((oy * self.wq + ox, p - start, len));
+                all_runs[count] = (oy * self.wq + ox, p - start, len);
+                count += 1;
                 p += len;
             }
-            let whole = runs.len() == 1 && runs[0].2 == NR;
+            let runs = &all_runs[..count];
+            let whole = count == 1 && runs[0].2 == NR;
             for pc in (0..kdim).step_by(KC) {
                 let kc = KC.min(kdim - pc);
                 let panel = &mut buf[pc * npan * NR + jp * kc * NR..][..kc * NR];
@@ -225,7 +223,7 @@ impl PhasePlanes {
                         continue;
                     }
                     d.fill(0.0);
-                    for &(q, lane, len) in &runs {
+                    for &(q, lane, len) in runs {
                         for (dv, &sv) in d[lane..lane + len].iter_mut().zip(&xp[o + q..]) {
                             *dv = sv;
                         }
@@ -240,7 +238,7 @@ thread_local! {
     /// The phase planes of the convolution being run (kept between runs: allocating them
     /// per run cost page faults).
     static PLANES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// A task's packed B block and product block.
+    /// A task's packed B block, and one im2col row (1-D and 3-D convs).
     static TASK_BUFS: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
@@ -604,7 +602,7 @@ impl Kernel for ConvKernel {
                 let y0 = (n * self.s.out_channels + g * mg) * p_total;
                 TASK_BUFS.with(|bufs| {
                     let mut bufs = bufs.borrow_mut();
-                    let (buf, block) = &mut *bufs;
+                    let (buf, row) = &mut *bufs;
                     let b = if self.pointwise {
                         Src::Strided {
                             data: &x[p0..],
@@ -615,7 +613,7 @@ impl Kernel for ConvKernel {
                         let buf = grown(buf, kdim * np.div_ceil(NR) * NR);
                         match phases {
                             Some(f) => f.pack(&planes[pair * f.len..][..f.len], ow, p0, np, buf),
-                            None => self.im2col_packed(x, p0, np, buf, block),
+                            None => self.im2col_packed(x, p0, np, buf, row),
                         }
                         Src::Packed(buf)
                     };
