@@ -414,15 +414,11 @@ impl Problem<'_> {
                             // every row of C at once, more streams than the prefetchers
                             // follow; a row of tiles stores along MR rows.
                             let full = nc / NR;
-                            // Full panels: kc rows bs apart, panel after panel step apart.
-                            let (b, bs, step) = match in_place {
-                                Some((d, rs)) => (&d[..(kc - 1) * rs + full * NR], rs, NR),
-                                None => (&bp[..full * kc * NR], NR, kc * NR),
-                            };
-                            // The partial last panel is packed in both cases.
-                            let partial = match in_place {
-                                Some(_) => 0,
-                                None => full * kc * NR,
+                            // Full panels: kc rows bs apart, panel after panel step apart;
+                            // the partial last panel is packed in both cases, at `partial`.
+                            let (b, bs, step, partial) = match in_place {
+                                Some((d, rs)) => (&d[..(kc - 1) * rs + full * NR], rs, NR, 0),
+                                None => (&bp[..full * kc * NR], NR, kc * NR, full * kc * NR),
                             };
                             for (ip, i) in (ic..ic + mc).step_by(MR).enumerate() {
                                 let apanel = &ap[ip * kc * MR..][..kc * MR];
