@@ -94,7 +94,7 @@ struct PhasePlanes {
 /// The first `n` values of a scratch buffer, grown when needed but never cleared: callers
 /// write every value they read (zeroing shared scratch on every call cost as much as using
 /// it).
-fn grown(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+pub(crate) fn grown(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
     }

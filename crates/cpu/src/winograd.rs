@@ -24,6 +24,23 @@ use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
+use std::cell::RefCell;
+
+thread_local! {
+    /// A block's transformed inputs and products (`v`, `z`), kept between runs: allocating
+    /// them per run cost a zero fill and page faults on every block.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Runs `f` with this thread's [`SCRATCH`], taken out for the call rather than borrowed: a
+/// block that spreads its GEMMs over rayon may, while it waits, run another block on this
+/// thread.
+fn with_scratch<R>(f: impl FnOnce(&mut (Vec<f32>, Vec<f32>)) -> R) -> R {
+    let mut s = SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let r = f(&mut s);
+    SCRATCH.with(|c| *c.borrow_mut() = s);
+    r
+}
 
 /// Work (multiply-adds of the direct convolution) below which a conv runs on one thread.
 const PARALLEL_MACS: usize = 1 << 18;
@@ -371,8 +388,9 @@ impl WinogradKernel {
         let (c, m) = (self.c, self.m);
         let planes = self.tile.patch() * self.tile.patch();
         let n = (ty1 - ty0) * tw;
-        v.resize(planes * c * n, 0.0);
-        z.resize(planes * m * n, 0.0);
+        // Grown only: every value a block reads is written first (input transform, GEMMs).
+        let v = crate::conv::grown(v, planes * c * n);
+        let z = crate::conv::grown(z, planes * m * n);
         match self.tile {
             WinogradTile::F2 => self.input_f2(x, ty0, ty1, v),
             WinogradTile::F4 => self.input_f4(x, ty0, ty1, v),
@@ -725,31 +743,13 @@ impl Kernel for WinogradKernel {
                     rest = tail;
                 }
             }
-            let work =
-                |scratch: &mut (Vec<f32>, Vec<f32>),
-                 ((a, b), mut piece): ((usize, usize), Vec<&mut [f32]>)| {
-                    self.block(
-                        xi,
-                        a,
-                        b,
-                        bias,
-                        &mut piece,
-                        &mut scratch.0,
-                        &mut scratch.1,
-                        inner,
-                    )
-                };
+            let work = |((a, b), mut piece): ((usize, usize), Vec<&mut [f32]>)| {
+                with_scratch(|(v, z)| self.block(xi, a, b, bias, &mut piece, v, z, inner))
+            };
             if parallel {
-                blocks
-                    .par_iter()
-                    .copied()
-                    .zip(pieces)
-                    .try_for_each_init(|| (Vec::new(), Vec::new()), work)?;
+                blocks.par_iter().copied().zip(pieces).try_for_each(work)?;
             } else {
-                let mut scratch = (Vec::new(), Vec::new());
-                for item in blocks.iter().copied().zip(pieces) {
-                    work(&mut scratch, item)?;
-                }
+                blocks.iter().copied().zip(pieces).try_for_each(work)?;
             }
         }
         Ok(())
