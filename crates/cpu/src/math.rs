@@ -8,20 +8,32 @@
 /// 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
 const MAGIC: f32 = 12_582_912.0;
 
+/// `a * b + c`: one fused instruction in the AVX2 + FMA slice loops (`FMA`), two roundings
+/// elsewhere (a software fused multiply-add would cost far more than it saves).
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
 /// e^x (NaN in, NaN out; overflows to inf, underflows through the subnormals to 0).
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub(crate) fn exp<const F: bool>(x: f32) -> f32 {
     let xc = x.clamp(-104.0, 89.0);
-    let t = xc * std::f32::consts::LOG2_E + MAGIC;
+    let t = madd::<F>(xc, std::f32::consts::LOG2_E, MAGIC);
     let n = t - MAGIC;
-    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let r = madd::<F>(n, -0.693_359_4, xc);
+    let r = madd::<F>(n, 2.121_944_4e-4, r);
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
-    let p = p * r * r + r + 1.0;
+    p = madd::<F>(p, r, 1.398_199_9e-3);
+    p = madd::<F>(p, r, 8.333_452e-3);
+    p = madd::<F>(p, r, 4.166_579_6e-2);
+    p = madd::<F>(p, r, 1.666_666_5e-1);
+    p = madd::<F>(p, r, 5.000_000_1e-1);
+    let p = madd::<F>(p, r * r, r) + 1.0;
     // 2^n in two factors so that n in [-150, 128] stays within normal exponents.
     let ni = (t.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
     let h = ni >> 1;
@@ -31,22 +43,22 @@ pub(crate) fn exp(x: f32) -> f32 {
 }
 
 #[inline(always)]
-pub(crate) fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+pub(crate) fn sigmoid<const F: bool>(x: f32) -> f32 {
+    1.0 / (1.0 + exp::<F>(-x))
 }
 
 #[inline(always)]
-pub(crate) fn tanh(x: f32) -> f32 {
+pub(crate) fn tanh<const F: bool>(x: f32) -> f32 {
     let a = x.abs();
     // Small |x|: odd polynomial (Cephes tanhf); otherwise 1 - 2 / (e^{2|x|} + 1).
     let z = x * x;
     let mut p = -5.704_988_7e-3f32;
-    p = p * z + 2.063_908_9e-2;
-    p = p * z - 5.373_971_6e-2;
-    p = p * z + 1.333_144_2e-1;
-    p = p * z - 3.333_328_2e-1;
-    let small = p * z * x + x;
-    let big = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    p = madd::<F>(p, z, 2.063_908_9e-2);
+    p = madd::<F>(p, z, -5.373_971_6e-2);
+    p = madd::<F>(p, z, 1.333_144_2e-1);
+    p = madd::<F>(p, z, -3.333_328_2e-1);
+    let small = madd::<F>(p * z, x, x);
+    let big = 1.0 - 2.0 / (exp::<F>(2.0 * a) + 1.0);
     let big = if x < 0.0 { -big } else { big };
     if a < 0.625 {
         small
@@ -56,28 +68,28 @@ pub(crate) fn tanh(x: f32) -> f32 {
 }
 
 #[inline(always)]
-pub(crate) fn erf(x: f32) -> f32 {
+pub(crate) fn erf<const F: bool>(x: f32) -> f32 {
     let a = x.abs();
     // |x| < 0.8: Maclaurin series to x^17; otherwise Abramowitz & Stegun 7.1.26 (absolute
     // error 1.5e-7, relative 2e-7 there).
     let z = x * x;
     let mut s = 1.0f32 / 685_440.0;
-    s = s * z - 1.0 / 75_600.0;
-    s = s * z + 1.0 / 9360.0;
-    s = s * z - 1.0 / 1320.0;
-    s = s * z + 1.0 / 216.0;
-    s = s * z - 1.0 / 42.0;
-    s = s * z + 1.0 / 10.0;
-    s = s * z - 1.0 / 3.0;
-    s = s * z + 1.0;
+    s = madd::<F>(s, z, -1.0 / 75_600.0);
+    s = madd::<F>(s, z, 1.0 / 9360.0);
+    s = madd::<F>(s, z, -1.0 / 1320.0);
+    s = madd::<F>(s, z, 1.0 / 216.0);
+    s = madd::<F>(s, z, -1.0 / 42.0);
+    s = madd::<F>(s, z, 1.0 / 10.0);
+    s = madd::<F>(s, z, -1.0 / 3.0);
+    s = madd::<F>(s, z, 1.0);
     let small = s * x * std::f32::consts::FRAC_2_SQRT_PI;
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let t = 1.0 / madd::<F>(0.327_591_1, a, 1.0);
     let mut p = 1.061_405_4f32;
-    p = p * t - 1.453_152;
-    p = p * t + 1.421_413_7;
-    p = p * t - 0.284_496_72;
-    p = p * t + 0.254_829_6;
-    let big = 1.0 - p * t * exp(-z);
+    p = madd::<F>(p, t, -1.453_152);
+    p = madd::<F>(p, t, 1.421_413_7);
+    p = madd::<F>(p, t, -0.284_496_72);
+    p = madd::<F>(p, t, 0.254_829_6);
+    let big = 1.0 - p * t * exp::<F>(-z);
     let big = if x < 0.0 { -big } else { big };
     if a < 0.8 {
         small
@@ -89,14 +101,14 @@ pub(crate) fn erf(x: f32) -> f32 {
 }
 
 #[inline(always)]
-pub(crate) fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+pub(crate) fn gelu<const F: bool>(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf::<F>(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 #[inline(always)]
-pub(crate) fn gelu_tanh(x: f32) -> f32 {
+pub(crate) fn gelu_tanh<const F: bool>(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2 / pi)
-    0.5 * x * (1.0 + tanh(C * (x + 0.044715 * x * x * x)))
+    0.5 * x * (1.0 + tanh::<F>(C * madd::<F>(0.044715 * x * x, x, x)))
 }
 
 macro_rules! slice_fns {
@@ -106,26 +118,38 @@ macro_rules! slice_fns {
             pub(crate) fn $name(x: &[f32], y: &mut [f32]) {
                 #[cfg(target_arch = "x86_64")]
                 {
-                    if std::is_x86_feature_detected!("avx2") {
-                        // SAFETY: the CPU supports AVX2 (checked just above), the only
+                    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                        // SAFETY: the CPU supports AVX2 and FMA (checked just above), the only
                         // requirement of the target_feature function, which is safe code.
                         unsafe { avx2::$name(x, y) };
                         return;
                     }
                 }
                 for (y, &x) in y.iter_mut().zip(x) {
-                    *y = $f(x);
+                    *y = $f::<false>(x);
                 }
             }
         )*
 
         #[cfg(target_arch = "x86_64")]
         mod avx2 {
+            const BLOCK: usize = 32;
             $(
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx2,fma")]
                 pub(super) unsafe fn $name(x: &[f32], y: &mut [f32]) {
-                    for (y, &x) in y.iter_mut().zip(x) {
-                        *y = super::$f(x);
+                    // Blocks of four vectors: one vector's chain of dependent multiply-adds
+                    // is long enough that, alone, it leaves the FMA units idle.
+                    let mut xs = x.chunks_exact(BLOCK);
+                    let mut ys = y.chunks_exact_mut(BLOCK);
+                    for (yb, xb) in (&mut ys).zip(&mut xs) {
+                        let xb: &[f32; BLOCK] = xb.try_into().expect("BLOCK values");
+                        let yb: &mut [f32; BLOCK] = yb.try_into().expect("BLOCK values");
+                        for (y, &x) in yb.iter_mut().zip(xb) {
+                            *y = super::$f::<true>(x);
+                        }
+                    }
+                    for (y, &x) in ys.into_remainder().iter_mut().zip(xs.remainder()) {
+                        *y = super::$f::<true>(x);
                     }
                 }
             )*
@@ -150,38 +174,52 @@ mod tests {
         (a as f64 - b).abs() / b.abs().max(1e-30)
     }
 
-    #[test]
-    fn accuracy() {
+    /// Both variants: separate multiplies and adds (portable) and fused (the AVX2 + FMA loops;
+    /// `mul_add` is exact everywhere, in software where the CPU lacks it).
+    fn check_accuracy<const F: bool>() {
         let mut x = -110.0f32;
         while x < 100.0 {
             let e = (x as f64).exp();
             if e > 1e-37 && e < 3e38 {
-                assert!(rel(exp(x), e) < 3e-7, "exp({x})");
+                assert!(rel(exp::<F>(x), e) < 3e-7, "exp({x}) fma {F}");
             }
             let s = 1.0 / (1.0 + (-(x as f64)).exp());
             assert!(
-                (sigmoid(x) as f64 - s).abs() < 1e-6 * s.max(1e-30) + 1e-37,
-                "sigmoid({x})"
+                (sigmoid::<F>(x) as f64 - s).abs() < 1e-6 * s.max(1e-30) + 1e-37,
+                "sigmoid({x}) fma {F}"
             );
             let t = (x as f64).tanh();
             assert!(
-                (tanh(x) as f64 - t).abs() < 3e-7 * t.abs().max(1e-6),
-                "tanh({x}) {}",
-                tanh(x)
+                (tanh::<F>(x) as f64 - t).abs() < 3e-7 * t.abs().max(1e-6),
+                "tanh({x}) fma {F}"
             );
             let r = ferrolite_core::ops::elementwise::unary::erf(x as f64);
             assert!(
-                (erf(x) as f64 - r).abs() < 3e-7 * r.abs().max(0.1),
-                "erf({x}) {}",
-                erf(x)
+                (erf::<F>(x) as f64 - r).abs() < 3e-7 * r.abs().max(0.1),
+                "erf({x}) fma {F}"
+            );
+            let g = 0.5
+                * x as f64
+                * (1.0 + ferrolite_core::ops::elementwise::unary::erf(x as f64 / 2f64.sqrt()));
+            assert!(
+                // erf's absolute error, scaled by x / 2.
+                (gelu::<F>(x) as f64 - g).abs() < 3e-7 * g.abs().max(x.abs() as f64).max(0.1),
+                "gelu({x}) fma {F}"
             );
             x += 0.0137;
         }
-        assert!(exp(f32::NAN).is_nan() && erf(f32::NAN).is_nan() && tanh(f32::NAN).is_nan());
-        assert_eq!(exp(100.0), f32::INFINITY);
-        assert_eq!(exp(-200.0), 0.0);
-        assert_eq!(tanh(50.0), 1.0);
-        assert_eq!(erf(-10.0), -1.0);
+        assert!(exp::<F>(f32::NAN).is_nan() && erf::<F>(f32::NAN).is_nan());
+        assert!(tanh::<F>(f32::NAN).is_nan());
+        assert_eq!(exp::<F>(100.0), f32::INFINITY);
+        assert_eq!(exp::<F>(-200.0), 0.0);
+        assert_eq!(tanh::<F>(50.0), 1.0);
+        assert_eq!(erf::<F>(-10.0), -1.0);
+    }
+
+    #[test]
+    fn accuracy() {
+        check_accuracy::<false>();
+        check_accuracy::<true>();
         let mut y = vec![0.0; 19];
         let xs: Vec<f32> = (0..19).map(|i| i as f32 * 0.3 - 3.0).collect();
         exp_slice(&xs, &mut y);
