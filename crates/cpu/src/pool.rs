@@ -110,16 +110,12 @@ impl PoolKernel {
         }
     }
 
-    /// `row[j]` = max (or sum) of `row[j]` and `xs[j]`, as a loop that vectorises.
-    fn combine(&self, row: &mut [f32], xs: &[f32]) {
+    /// `out[j]` = max (or sum) over `rows` of `row[j]`, from the identity; see [`reduce_rows`].
+    fn reduce(&self, out: &mut [f32], rows: &[&[f32]]) {
         if self.avg {
-            for (o, &v) in row.iter_mut().zip(xs) {
-                *o += v;
-            }
+            reduce_rows::<false>(out, rows)
         } else {
-            for (o, &v) in row.iter_mut().zip(xs) {
-                *o = if v > *o { v } else { *o };
-            }
+            reduce_rows::<true>(out, rows)
         }
     }
 
@@ -131,30 +127,35 @@ impl PoolKernel {
         let (gh, gw) = (&self.gh, &self.gw);
         let (iw, ow) = (gw.input, gw.output);
         let (k, s, d) = (gw.kernel, gw.stride, gw.dilation);
+        // The window's valid input rows.
+        let mut rows: Vec<&[f32]> = Vec::with_capacity(gh.kernel);
         for (oh, row) in dst.chunks_exact_mut(ow).enumerate() {
-            let inner = &mut vrow[gw.pad_begin..gw.pad_begin + iw];
-            inner.fill(self.identity());
+            rows.clear();
             for kh in self.h.lo[oh]..self.h.hi[oh] {
                 let ih = gh.tap(oh, kh) as usize;
-                self.combine(inner, &src[ih * iw..(ih + 1) * iw]);
+                rows.push(&src[ih * iw..(ih + 1) * iw]);
             }
+            self.reduce(&mut vrow[gw.pad_begin..gw.pad_begin + iw], &rows);
             let vrow: &[f32] = vrow;
             if s == 1 {
                 // Tap by tap over contiguous slices: vectorises.
-                row.copy_from_slice(&vrow[..ow]);
-                for kw in 1..k {
-                    self.combine(row, &vrow[kw * d..kw * d + ow]);
+                let tap = |kw: usize| &vrow[kw * d..kw * d + ow];
+                match k {
+                    1 => self.reduce(row, &[tap(0)]),
+                    2 => self.reduce(row, &[tap(0), tap(1)]),
+                    3 => self.reduce(row, &[tap(0), tap(1), tap(2)]),
+                    _ => self.reduce(row, &(0..k).map(tap).collect::<Vec<_>>()),
                 }
             } else if s == 2 && d == 1 && (k == 2 || k == 3) {
                 // Even and odd columns apart, every tap is a contiguous slice again: tap 0
                 // is even[j], tap 1 odd[j], tap 2 even[j + 1].
                 let (even, odd) = phases.split_at_mut(ow + 1);
                 stride2::deinterleave(&vrow[..2 * ow], &mut even[..ow], &mut odd[..ow]);
-                row.copy_from_slice(&even[..ow]);
-                self.combine(row, &odd[..ow]);
                 if k == 3 {
                     even[ow] = vrow[2 * ow];
-                    self.combine(row, &even[1..=ow]);
+                    self.reduce(row, &[&even[..ow], &odd[..ow], &even[1..=ow]]);
+                } else {
+                    self.reduce(row, &[&even[..ow], &odd[..ow]]);
                 }
             } else {
                 // Output by output, the window's taps reduced in registers.
@@ -277,5 +278,72 @@ fn strided<const K: usize, const MAX: bool>(vrow: &[f32], row: &mut [f32], s: us
             };
         }
         *o = a;
+    }
+}
+
+/// One step of a max (`MAX`) or sum: `acc` combined with `v` (a NaN never replaces a maximum).
+#[inline(always)]
+fn pair<const MAX: bool>(acc: f32, v: f32) -> f32 {
+    if MAX {
+        if v > acc {
+            v
+        } else {
+            acc
+        }
+    } else {
+        acc + v
+    }
+}
+
+/// `out[j]` = the max (`MAX`) or sum of `row[j]` over `rows`, folded from the identity (-inf
+/// or 0; all of it when there are no rows). Rows go three at a time, so `out` is written once
+/// per three rows read instead of once per row; the loops compile for AVX2 where the CPU has
+/// it. Every row must hold at least `out.len()` values.
+fn reduce_rows<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::sgemm::Isa::detect() == crate::sgemm::Isa::Avx2Fma {
+        // SAFETY: the CPU has AVX2 (checked by detect), the only requirement of the
+        // target_feature function, whose body is safe code.
+        unsafe { reduce_rows_avx2::<MAX>(out, rows) };
+        return;
+    }
+    reduce_rows_impl::<MAX>(out, rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn reduce_rows_avx2<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
+    reduce_rows_impl::<MAX>(out, rows)
+}
+
+#[inline(always)]
+fn reduce_rows_impl<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
+    let n = out.len();
+    let id = if MAX { f32::NEG_INFINITY } else { 0.0 };
+    if rows.is_empty() {
+        out.fill(id);
+    }
+    for (g, group) in rows.chunks(3).enumerate() {
+        // The first group folds from the identity, later ones from `out`.
+        let start = |o: f32| if g == 0 { id } else { o };
+        match *group {
+            [a] => {
+                for (o, &a) in out.iter_mut().zip(&a[..n]) {
+                    *o = pair::<MAX>(start(*o), a);
+                }
+            }
+            [a, b] => {
+                for (o, (&a, &b)) in out.iter_mut().zip(a[..n].iter().zip(&b[..n])) {
+                    *o = pair::<MAX>(pair::<MAX>(start(*o), a), b);
+                }
+            }
+            [a, b, c, ..] => {
+                let abc = a[..n].iter().zip(&b[..n]).zip(&c[..n]);
+                for (o, ((&a, &b), &c)) in out.iter_mut().zip(abc) {
+                    *o = pair::<MAX>(pair::<MAX>(pair::<MAX>(start(*o), a), b), c);
+                }
+            }
+            [] => {}
+        }
     }
 }
