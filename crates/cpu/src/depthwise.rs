@@ -297,7 +297,19 @@ fn plane<const AVX: bool>(
         return;
     }
     for (oy, out) in y.chunks_exact_mut(ow).enumerate().take(p.oh) {
-        weighted_taps(&buf[oy * p.sh * row_len..], offs, w, bias, out);
+        let src = &buf[oy * p.sh * row_len..];
+        #[cfg(target_arch = "x86_64")]
+        if let (true, Ok(o), Ok(w)) = (
+            AVX,
+            <&[usize; 9]>::try_from(&offs[..]),
+            <&[f32; 9]>::try_from(w),
+        ) {
+            // SAFETY: as for the flat run above.
+            unsafe { taps9_avx2(src, o, w, bias, out) };
+            activate(act, out);
+            continue;
+        }
+        weighted_taps(src, offs, w, bias, out);
         activate(act, out);
     }
 }
@@ -342,8 +354,8 @@ unsafe fn plane_avx2(
     plane::<true>(p, x, w, bias, act, y, scratch)
 }
 
-/// [`weighted_taps`] for nine taps and `out.len()` a multiple of 32: four vectors of outputs
-/// at a time, each tap's weight in a register.
+/// [`weighted_taps`] for nine taps: four vectors of outputs at a time, then single vectors,
+/// then single values, each tap's weight in a register (fused multiply-adds in tap order).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
@@ -353,10 +365,11 @@ unsafe fn taps9_avx2(src: &[f32], offs: &[usize; 9], w: &[f32; 9], bias: f32, ou
     use std::arch::x86_64::*;
     let n = out.len();
     let end = offs.iter().max().map_or(0, |&m| m + n);
-    assert!(n % 32 == 0 && end <= src.len());
+    assert!(end <= src.len());
     let wv: [__m256; 9] = std::array::from_fn(|t| _mm256_set1_ps(w[t]));
     let b = _mm256_set1_ps(bias);
-    for i in (0..n).step_by(32) {
+    let mut i = 0;
+    while i + 32 <= n {
         let mut acc = [b; 4];
         for (&off, &wt) in offs.iter().zip(&wv) {
             // SAFETY: reads 32 floats from off + i, and off + i + 32 <= max(offs) + n <= len
@@ -371,6 +384,28 @@ unsafe fn taps9_avx2(src: &[f32], offs: &[usize; 9], w: &[f32; 9], bias: f32, ou
             // SAFETY: i + 32 <= n = out.len().
             unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i + 8 * u), *a) };
         }
+        i += 32;
+    }
+    // Rows of stride-2 planes (28 to 112 outputs) end in a few single vectors.
+    while i + 8 <= n {
+        let mut acc = b;
+        for (&off, &wt) in offs.iter().zip(&wv) {
+            // SAFETY: reads 8 floats from off + i, within max(offs) + n (asserted above).
+            acc = _mm256_fmadd_ps(
+                unsafe { _mm256_loadu_ps(src.as_ptr().add(off + i)) },
+                wt,
+                acc,
+            );
+        }
+        // SAFETY: i + 8 <= n = out.len().
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i), acc) };
+        i += 8;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(i) {
+        *o = offs
+            .iter()
+            .zip(w)
+            .fold(bias, |acc, (&off, &wt)| src[off + j].mul_add(wt, acc));
     }
 }
 
