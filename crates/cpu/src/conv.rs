@@ -195,8 +195,26 @@ impl PhasePlanes {
     /// matrix from the planes `xp` into `buf` in the GEMM's packed-B layout (per KC block,
     /// per panel of NR columns, `kc` rows of NR values). A panel's columns are one run of
     /// the planes, or a few where it crosses output rows; the last panel's missing columns
-    /// are zeros.
+    /// are zeros. Compiled for AVX2 where the CPU has it (sixteen values are two moves).
     fn pack(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::sgemm::Isa::detect() == crate::sgemm::Isa::Avx2Fma {
+            // SAFETY: the CPU has AVX2 (checked by detect), the only requirement of the
+            // target_feature function, whose body is safe code.
+            unsafe { self.pack_avx2(xp, ow, p0, np, buf) };
+            return;
+        }
+        self.pack_impl(xp, ow, p0, np, buf)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn pack_avx2(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
+        self.pack_impl(xp, ow, p0, np, buf)
+    }
+
+    #[inline(always)]
+    fn pack_impl(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
         let (kdim, npan) = (self.offs.len(), np.div_ceil(NR));
         // Per panel: (offset in the planes, first lane, lanes) of each run; at most NR.
         let mut all_runs = [(0usize, 0usize, 0usize); NR];
