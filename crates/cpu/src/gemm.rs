@@ -608,6 +608,8 @@ mod tests {
                         }),
                         Some(Activation::HardSwish),
                         Some(Activation::Sigmoid),
+                        None,
+                        Some(Activation::Relu),
                     ];
                     for (t, act) in acts.into_iter().enumerate() {
                         let bias = match t % 3 {
@@ -623,7 +625,9 @@ mod tests {
                         };
                         let alpha = if t == 2 { 0.5 } else { 1.0 };
                         let init: Vec<f32> = (0..m * n).map(|_| rnd()).collect();
-                        let accumulate = t % 2 == 1;
+                        // Column bias: scaled (t = 2), the plain fast epilogue (5), added to
+                        // C (8).
+                        let accumulate = (t % 2 == 1 && t != 5) || t == 8;
                         let mut c = init.clone();
                         let epi = Epilogue {
                             bias,

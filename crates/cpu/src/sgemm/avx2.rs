@@ -54,6 +54,8 @@ pub(super) unsafe fn column(
     e: &TileEpi,
 ) {
     let fast = nr == NR && simple(e);
+    // The tiles of a column share their columns' bias.
+    let cb = col_bias(e);
     for (ip, i) in (0..rows).step_by(MR).enumerate() {
         let e = e.rows_from(i);
         if fast && i + MR <= rows {
@@ -62,7 +64,7 @@ pub(super) unsafe fn column(
                 let ct = c.add(i * rsc);
                 prefetch_right(ct, rsc, MR);
                 let acc = product(kc, a.add(ip * kc * MR), b, bs);
-                store_simple(&acc, ct, rsc, &row_bias(&e), e.act);
+                store_simple(&acc, ct, rsc, &row_bias(&e), cb, e.act);
             }
             continue;
         }
@@ -109,12 +111,20 @@ pub(super) unsafe fn row(
         // epilogue is decided once for the row.
         let rb = row_bias(e);
         for jp in 0..panels {
+            let cb = col_bias(&e.cols_from(jp * NR));
             // SAFETY: tile jp of the block the caller vouches for: B panel jp holds kc rows
             // of NR floats bs apart, a holds kc * MR floats, C's MR x NR tile is ours.
             unsafe {
                 let ct = c.add(jp * NR);
                 prefetch_right(ct, rsc, MR);
-                store_simple(&product(kc, a, b.add(jp * step), bs), ct, rsc, &rb, e.act);
+                store_simple(
+                    &product(kc, a, b.add(jp * step), bs),
+                    ct,
+                    rsc,
+                    &rb,
+                    cb,
+                    e.act,
+                );
             }
         }
         return;
@@ -266,14 +276,29 @@ unsafe fn product_half(kc: usize, a: *const f32, b: *const f32, bs: usize) -> [_
     std::array::from_fn(|i| _mm256_add_ps(even[i], odd[i]))
 }
 
-/// Whether a full tile's epilogue is the common one [`store_simple`] does: a conv's single
-/// k block (bias per row, a vectorised activation), nothing to scale or add.
+/// Whether a full tile's epilogue is the common one [`store_simple`] does: a single k block
+/// with a bias per row (conv) or per column (fully connected, at least NR of them) and a
+/// vectorised activation, nothing to scale or add.
 fn simple(e: &TileEpi) -> bool {
     e.alpha == 1.0
         && !e.accumulate
         && e.last
-        && e.col_bias.is_empty()
+        && (e.col_bias.is_empty() || e.col_bias.len() >= NR)
         && e.act != Some(Activation::Sigmoid)
+}
+
+/// The bias of a full tile's NR columns, when it has one (see [`simple`]).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn col_bias(e: &TileEpi) -> Option<[__m256; 2]> {
+    let cb: &[f32; NR] = e.col_bias.get(..NR)?.try_into().ok()?;
+    // SAFETY: cb holds NR = 16 floats.
+    Some(unsafe {
+        [
+            _mm256_loadu_ps(cb.as_ptr()),
+            _mm256_loadu_ps(cb.as_ptr().add(8)),
+        ]
+    })
 }
 
 /// Fetches the lines of the tile to the right of `c` (same `rows`, next NR columns): the
@@ -298,7 +323,8 @@ fn row_bias(e: &TileEpi) -> [__m256; MR] {
     std::array::from_fn(|i| _mm256_set1_ps(e.row_bias.get(i).copied().unwrap_or(0.0)))
 }
 
-/// Stores a full tile through a [`simple`] epilogue: row bias `rb`, activation.
+/// Stores a full tile through a [`simple`] epilogue: row bias `rb`, column bias `cb`,
+/// activation.
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA; `c` must be valid for writes of the MR x NR tile with
@@ -310,10 +336,14 @@ unsafe fn store_simple(
     c: *mut f32,
     rsc: usize,
     rb: &[__m256; MR],
+    cb: Option<[__m256; 2]>,
     act: Option<Activation>,
 ) {
     for (i, (acc, &rb)) in acc.iter().zip(rb).enumerate() {
         let (mut v0, mut v1) = (_mm256_add_ps(acc[0], rb), _mm256_add_ps(acc[1], rb));
+        if let Some([c0, c1]) = cb {
+            (v0, v1) = (_mm256_add_ps(v0, c0), _mm256_add_ps(v1, c1));
+        }
         if let Some(act) = act {
             // SAFETY: this function's features.
             if let (Some(a0), Some(a1)) = unsafe { (act8(act, v0), act8(act, v1)) } {
