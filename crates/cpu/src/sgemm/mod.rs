@@ -330,8 +330,14 @@ impl Problem<'_> {
             let mut bufs = bufs.borrow_mut();
             let (abuf, bbuf) = &mut *bufs;
             let (mp, np) = (self.m.div_ceil(MR), self.n.div_ceil(NR));
-            for jc in (n0..n1).step_by(NC) {
-                let nc = NC.min(n1 - jc);
+            // Column blocks bound the B this call packs; a prepacked B needs none, and one
+            // block packs A once instead of once per block (fully connected layers).
+            let nc_step = match (self.b, self.a) {
+                (Src::Packed(_), Src::Strided { .. }) => (n1 - n0).max(1),
+                _ => NC,
+            };
+            for jc in (n0..n1).step_by(nc_step) {
+                let nc = nc_step.min(n1 - jc);
                 let npan = nc.div_ceil(NR);
                 for pc in (0..self.k).step_by(KC) {
                     let kc = KC.min(self.k - pc);
