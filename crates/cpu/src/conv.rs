@@ -67,6 +67,9 @@ pub struct ConvKernel {
     packed: Option<Vec<PackedMatrix>>,
     /// 1x1 kernel, stride 1, no padding: X itself is the GEMM's right operand.
     pointwise: bool,
+    /// 2-D, 1x1 kernel, no padding, a stride above 1 (resnet's downsampling shortcuts): the
+    /// strided input pixels gathered into a compact `C x P` matrix, then as `pointwise`.
+    subsample: bool,
     /// 2-D: B panels packed from phase planes (see [`PhasePlanes`]) instead of im2col rows.
     phases: Option<PhasePlanes>,
     activation: Option<Activation>,
@@ -404,6 +407,11 @@ impl ConvKernel {
             && geo.strides == [1, 1, 1]
             && s.geometry.pad_begin.iter().all(|&p| p == 0)
             && s.geometry.pad_end.iter().all(|&p| p == 0);
+        let subsample = !pointwise
+            && s.geometry.input.len() == 2
+            && geo.kernel == [1, 1, 1]
+            && s.geometry.pad_begin.iter().all(|&p| p == 0)
+            && s.geometry.pad_end.iter().all(|&p| p == 0);
         let (mg, kdim) = (
             s.out_channels / s.group,
             w_shape[1..].iter().product::<usize>(),
@@ -425,7 +433,7 @@ impl ConvKernel {
             None => None,
         };
         let y_shape = s.output_shape();
-        let phases = match pointwise {
+        let phases = match pointwise || subsample {
             true => None,
             false => PhasePlanes::new(&geo, &s, s.in_channels / s.group),
         };
@@ -438,6 +446,7 @@ impl ConvKernel {
             y_shape,
             packed,
             pointwise,
+            subsample,
             activation,
             s,
         }))
@@ -606,7 +615,8 @@ impl Kernel for ConvKernel {
         // Column blocks: the im2col block fits in cache, and there are enough tasks to go round
         // (a multiple of the thread count, so the threads finish together).
         let threads = rayon::current_num_threads().max(1);
-        let budget = if self.pointwise { 1 << 20 } else { BLOCK_ELEMS };
+        let direct_b = self.pointwise || self.subsample;
+        let budget = if direct_b { 1 << 20 } else { BLOCK_ELEMS };
         let mut nblocks = p_total.div_ceil((budget / kdim.max(1)).max(4 * NR));
         let pairs = self.s.batch * group;
         let flops = 2 * mg * kdim * p_total * pairs;
@@ -643,7 +653,32 @@ impl Kernel for ConvKernel {
                     f.fill(x, [ih, iw], [self.geo.pad[1], self.geo.pad[2]], xp);
                 }
             }
-            let planes = &*planes;
+            // The subsampled input, compact: B of a pointwise conv.
+            let compact = xv.len() / in_plane.max(1) * p_total;
+            if self.subsample {
+                let [_, ih, iw] = self.geo.input;
+                let [_, sh, sw] = self.geo.strides;
+                let [_, oh, _] = self.geo.output;
+                let dst = grown(&mut planes, compact);
+                let plane = |(src, dst): (&[f32], &mut [f32])| {
+                    for (oy, out) in dst.chunks_exact_mut(ow).enumerate().take(oh) {
+                        let row = &src[oy * sh * iw..][..(ow - 1) * sw + 1];
+                        gather_strided(out, row, sw);
+                    }
+                };
+                if par {
+                    let src = xv.par_chunks_exact(ih * iw);
+                    src.zip(dst.par_chunks_exact_mut(p_total)).for_each(plane);
+                } else {
+                    let src = xv.chunks_exact(ih * iw);
+                    src.zip(dst.chunks_exact_mut(p_total)).for_each(plane);
+                }
+            }
+            let planes: &[f32] = &planes;
+            let (xv, in_plane) = match self.subsample {
+                true => (&planes[..compact], p_total),
+                false => (xv, in_plane),
+            };
             let task = |t: usize| {
                 let (pair, rest) = (t / (nblocks * msplit), t % (nblocks * msplit));
                 let (blk, mc) = (rest / msplit, rest % msplit);
@@ -667,7 +702,7 @@ impl Kernel for ConvKernel {
                 TASK_BUFS.with(|bufs| {
                     let mut bufs = bufs.borrow_mut();
                     let (buf, row) = &mut *bufs;
-                    let b = if self.pointwise {
+                    let b = if direct_b {
                         Src::Strided {
                             data: &x[p0..],
                             rs: p_total,
@@ -714,6 +749,8 @@ impl Kernel for ConvKernel {
     fn name(&self) -> &str {
         if self.pointwise {
             "cpu.conv.pointwise"
+        } else if self.subsample {
+            "cpu.conv.subsample"
         } else if self.phases.is_some() {
             "cpu.conv.phases"
         } else {

@@ -281,6 +281,23 @@ fn conv_cases() -> Vec<ConvCase> {
             pads: Some(&[0, 0, 1, 1]),
             ..cc(&[2, 3, 9, 80], &[3, 1, 3, 3])
         },
+        // 1x1 with strides (resnet's shortcuts): the subsampled input as a pointwise conv;
+        // even and odd widths, a stride of 1 on one axis, groups, batches.
+        ConvCase {
+            strides: Some(&[2, 2]),
+            bias: true,
+            ..cc(&[2, 6, 9, 11], &[4, 6, 1, 1])
+        },
+        ConvCase {
+            group: 2,
+            strides: Some(&[3, 2]),
+            ..cc(&[1, 4, 10, 12], &[6, 2, 1, 1])
+        },
+        ConvCase {
+            strides: Some(&[1, 2]),
+            bias: true,
+            ..cc(&[1, 64, 8, 40], &[24, 64, 1, 1])
+        },
         // Phase planes with a column stride of 3 and dilation, odd top padding.
         ConvCase {
             strides: Some(&[2, 3]),
