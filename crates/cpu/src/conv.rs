@@ -646,11 +646,20 @@ impl Kernel for ConvKernel {
         {
             if let Some(f) = phases {
                 let planes = grown(&mut planes, pairs * f.len);
+                let [_, ih, iw] = self.geo.input;
+                let pad = [self.geo.pad[1], self.geo.pad[2]];
+                // Channel by channel: each channel's planes are `len / cg` values.
+                let per_c = f.len / cg.max(1);
+                let channel = |(x, xp): (&[f32], &mut [f32])| f.fill(x, [ih, iw], pad, xp);
                 for (pair, xp) in planes.chunks_exact_mut(f.len).enumerate() {
                     let (n, g) = (pair / group, pair % group);
                     let x = &xv[(n * self.s.in_channels + g * cg) * in_plane..][..cg * in_plane];
-                    let [_, ih, iw] = self.geo.input;
-                    f.fill(x, [ih, iw], [self.geo.pad[1], self.geo.pad[2]], xp);
+                    if par && cg > 1 {
+                        let xs = x.par_chunks_exact(in_plane);
+                        xs.zip(xp.par_chunks_exact_mut(per_c)).for_each(channel);
+                    } else {
+                        f.fill(x, [ih, iw], pad, xp);
+                    }
                 }
             }
             // The subsampled input, compact: B of a pointwise conv.
