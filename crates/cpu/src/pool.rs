@@ -34,6 +34,11 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
             gw,
             avg,
             count_include_pad: p.count_include_pad,
+            fused3x3s2: cfg!(target_arch = "x86_64")
+                && crate::sgemm::Isa::detect() != crate::sgemm::Isa::Portable
+                && [&gh, &gw]
+                    .iter()
+                    .all(|g| g.kernel == 3 && g.stride == 2 && g.dilation == 1),
         }));
     }
     if let Some(p) = op.downcast_ref::<GlobalPool>() {
@@ -90,6 +95,10 @@ struct PoolKernel {
     w: AxisPlan,
     avg: bool,
     count_include_pad: bool,
+    /// 3x3 windows, stride 2, no dilation, on a CPU with AVX2: rows whose three input rows
+    /// all exist go through `window3x3s2` (vertical and horizontal in one pass).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fused3x3s2: bool,
 }
 
 impl PoolKernel {
@@ -135,6 +144,16 @@ impl PoolKernel {
                 let ih = gh.tap(oh, kh) as usize;
                 rows.push(&src[ih * iw..(ih + 1) * iw]);
             }
+            #[cfg(target_arch = "x86_64")]
+            if let (true, &[r0, r1, r2]) = (self.fused3x3s2, &rows[..]) {
+                if self.avg {
+                    window3x3s2::<false>([r0, r1, r2], gw.pad_begin, row);
+                } else {
+                    window3x3s2::<true>([r0, r1, r2], gw.pad_begin, row);
+                }
+                self.divide(oh, row);
+                continue;
+            }
             self.reduce(&mut vrow[gw.pad_begin..gw.pad_begin + iw], &rows);
             let vrow: &[f32] = vrow;
             if s == 1 {
@@ -178,16 +197,22 @@ impl PoolKernel {
                     }
                 }
             }
-            if self.avg {
-                for (ow_i, o) in row.iter_mut().enumerate() {
-                    let n = if self.count_include_pad {
-                        self.h.padded[oh] * self.w.padded[ow_i]
-                    } else {
-                        (self.h.hi[oh] - self.h.lo[oh]) * (self.w.hi[ow_i] - self.w.lo[ow_i])
-                    };
-                    *o = (*o as f64 / n as f64) as f32;
-                }
-            }
+            self.divide(oh, row);
+        }
+    }
+
+    /// Average pools: output row `oh`'s sums divided by their window sizes.
+    fn divide(&self, oh: usize, row: &mut [f32]) {
+        if !self.avg {
+            return;
+        }
+        for (ow_i, o) in row.iter_mut().enumerate() {
+            let n = if self.count_include_pad {
+                self.h.padded[oh] * self.w.padded[ow_i]
+            } else {
+                (self.h.hi[oh] - self.h.lo[oh]) * (self.w.hi[ow_i] - self.w.lo[ow_i])
+            };
+            *o = (*o as f64 / n as f64) as f32;
         }
     }
 }
@@ -346,4 +371,90 @@ fn reduce_rows_impl<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
             [] => {}
         }
     }
+}
+
+/// One output row of a 3x3, stride-2 window over the input rows `r` (all three inside the
+/// image), `pad` columns of padding on the left: the max (`MAX`) or sum of each window, folded
+/// in the order of the row-then-column path (rows, then taps; identity for padding columns),
+/// so both paths give the same values. Eight outputs at a time where their 17 input columns
+/// lie inside the rows, one at a time elsewhere.
+#[cfg(target_arch = "x86_64")]
+fn window3x3s2<const MAX: bool>(r: [&[f32]; 3], pad: usize, out: &mut [f32]) {
+    let iw = r[0].len().min(r[1].len()).min(r[2].len());
+    // The vector blocks: outputs j0.. whose windows start at column 2 j - pad >= 0.
+    let j0 = pad.div_ceil(2).min(out.len());
+    let mut j = j0;
+    let id = if MAX { f32::NEG_INFINITY } else { 0.0 };
+    while j + 8 <= out.len() && 2 * j + 17 <= iw + pad {
+        // SAFETY: the CPU has AVX2 (fused3x3s2 is only set then); columns 2 j - pad up to
+        // 2 j - pad + 16 lie inside every row (checked just above), outputs j..j + 8 inside
+        // `out`.
+        unsafe { window3x3s2_block::<MAX>(r, 2 * j - pad, &mut out[j..j + 8]) };
+        j += 8;
+    }
+    // A last block ending at the row's end, overlapping the one before (same values).
+    let n = out.len();
+    if j < n && n >= j0 + 8 && 2 * (n - 8) + 17 <= iw + pad {
+        // SAFETY: as above, for outputs n - 8..n.
+        unsafe { window3x3s2_block::<MAX>(r, 2 * (n - 8) - pad, &mut out[n - 8..]) };
+        j = n;
+    }
+    // The rest: windows over the padding (or past the row's end, ceil mode).
+    let pair = pair::<MAX>;
+    let column = |c: i64| {
+        if c < 0 || c as usize >= iw {
+            return id;
+        }
+        r.iter().fold(id, |a, row| pair(a, row[c as usize]))
+    };
+    let (head, rest) = out.split_at_mut(j0);
+    let tail = &mut rest[j - j0..];
+    let edges = head.iter_mut().enumerate();
+    let edges = edges.chain(tail.iter_mut().enumerate().map(|(t, o)| (j + t, o)));
+    for (jj, o) in edges {
+        let c = 2 * jj as i64 - pad as i64;
+        *o = (0..3).fold(id, |a, kw| pair(a, column(c + kw)));
+    }
+}
+
+/// Eight outputs of [`window3x3s2`] from input column `c0`: each row's 17 values from `c0`
+/// reduced vertically, then split into even and odd columns by shuffles.
+///
+/// # Safety
+/// The CPU must support AVX2; every row must hold `c0 + 17` values and `out` 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn window3x3s2_block<const MAX: bool>(r: [&[f32]; 3], c0: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    debug_assert!(r.iter().all(|row| row.len() >= c0 + 17) && out.len() >= 8);
+    // `max_ps(v, acc)` is `v > acc ? v : acc`, the scalar fold's step (NaN never kept).
+    let step = |acc: __m256, v: __m256| {
+        if MAX {
+            _mm256_max_ps(v, acc)
+        } else {
+            _mm256_add_ps(acc, v)
+        }
+    };
+    let id = _mm256_set1_ps(if MAX { f32::NEG_INFINITY } else { 0.0 });
+    let (mut a, mut b, mut c) = (id, id, id);
+    for row in r {
+        // SAFETY: 17 values from c0 lie inside the row (the caller's contract).
+        unsafe {
+            let p = row.as_ptr().add(c0);
+            a = step(a, _mm256_loadu_ps(p));
+            b = step(b, _mm256_loadu_ps(p.add(8)));
+            c = step(c, _mm256_set1_ps(*p.add(16)));
+        }
+    }
+    // Columns c0, c0 + 2, .., c0 + 14 (as in stride2's deinterleave), the odd ones, and the
+    // even ones from c0 + 2: the evens moved down a lane with column c0 + 16 last.
+    let even = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
+    let even = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(even));
+    let odd = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
+    let odd = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(odd));
+    let next = _mm256_permutevar8x32_ps(even, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
+    let next = _mm256_blend_ps::<0x80>(next, c);
+    let v = step(step(step(id, even), odd), next);
+    // SAFETY: out holds 8 values (the caller's contract).
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
 }

@@ -2,6 +2,7 @@
 //! elements lets stride-2 windows (pooling, depthwise convolution, im2col) run as plain
 //! vector loops. AVX2 shuffles do the split where the CPU has them (picked at run time).
 
+#[cfg(target_arch = "x86_64")]
 use crate::sgemm::Isa;
 
 /// `even[i] = src[2 i]` and `odd[i] = src[2 i + 1]` for `i < n`, where `n` is the shorter
@@ -9,6 +10,8 @@ use crate::sgemm::Isa;
 pub(crate) fn deinterleave(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
     let n = even.len().min(odd.len()).min(src.len() / 2);
     let (src, even, odd) = (&src[..2 * n], &mut even[..n], &mut odd[..n]);
+    // Where the vector loop stopped (mutated only on x86_64).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if Isa::detect() == Isa::Avx2Fma {
@@ -50,6 +53,8 @@ pub(crate) fn evens(src: &[f32], dst: &mut [f32]) {
         return;
     };
     let src = &src[..2 * last + 1];
+    // Where the vector loop stopped (mutated only on x86_64).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if Isa::detect() == Isa::Avx2Fma {
