@@ -446,14 +446,7 @@ unsafe fn window3x3s2_block<const MAX: bool>(r: [&[f32]; 3], c0: usize, out: &mu
             c = step(c, _mm256_set1_ps(*p.add(16)));
         }
     }
-    // Columns c0, c0 + 2, .., c0 + 14 (as in stride2's deinterleave), the odd ones, and the
-    // even ones from c0 + 2: the evens moved down a lane with column c0 + 16 last.
-    let even = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
-    let even = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(even));
-    let odd = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
-    let odd = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(odd));
-    let next = _mm256_permutevar8x32_ps(even, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
-    let next = _mm256_blend_ps::<0x80>(next, c);
+    let [even, odd, next] = crate::stride2::avx2::window3_taps(a, b, c);
     let v = step(step(step(id, even), odd), next);
     // SAFETY: out holds 8 values (the caller's contract).
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };

@@ -70,8 +70,24 @@ pub(crate) fn evens(src: &[f32], dst: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
+
+    /// The three taps of eight stride-2 windows of width 3 over 17 consecutive values (`a`:
+    /// values 0..8, `b`: 8..16, `c`: value 16 in every lane): values 0, 2, .., 14; 1, 3, ..,
+    /// 15; and 2, 4, .., 16. Lane `j` of the three is window `j`'s taps.
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn window3_taps(a: __m256, b: __m256, c: __m256) -> [__m256; 3] {
+        // Per 128-bit lane: a0 a2 b0 b2 | a4 a6 b4 b6; the 64-bit chunk order 0, 2, 1, 3
+        // then restores a0 a2 a4 a6 b0 b2 b4 b6 (likewise for the odd values).
+        let even = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
+        let even = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(even));
+        let odd = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
+        let odd = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(odd));
+        // The even values moved down a lane, value 16 last.
+        let next = _mm256_permutevar8x32_ps(even, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
+        [even, odd, _mm256_blend_ps::<0x80>(next, c)]
+    }
 
     /// Splits whole blocks of 8 pairs: evens into `odd_or_evens` when `even` is `None` (the
     /// odd elements are dropped), else evens into `even` and odds into `odd_or_evens`.
