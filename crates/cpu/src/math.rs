@@ -123,6 +123,26 @@ pub(crate) fn gelu_tanh<const F: bool>(x: f32) -> f32 {
     0.5 * x * (1.0 + tanh::<F>(C * madd::<F>(0.044715 * x * x, x, x)))
 }
 
+/// `y[i] = f(x[i])` over the shorter of the two, in fixed blocks of 32 values, then the rest:
+/// fixed-size loops vectorise, and four vectors in flight keep the FMA units busy where one
+/// vector's chain of dependent multiply-adds alone would leave them idle.
+#[inline(always)]
+pub(crate) fn map_blocks(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
+    const BLOCK: usize = 32;
+    let mut xs = x.chunks_exact(BLOCK);
+    let mut ys = y.chunks_exact_mut(BLOCK);
+    for (yb, xb) in (&mut ys).zip(&mut xs) {
+        let xb: &[f32; BLOCK] = xb.try_into().expect("BLOCK values");
+        let yb: &mut [f32; BLOCK] = yb.try_into().expect("BLOCK values");
+        for (y, &x) in yb.iter_mut().zip(xb) {
+            *y = f(x);
+        }
+    }
+    for (y, &x) in ys.into_remainder().iter_mut().zip(xs.remainder()) {
+        *y = f(x);
+    }
+}
+
 macro_rules! slice_fns {
     ($($name:ident => $f:ident),* $(,)?) => {
         $(
@@ -145,24 +165,10 @@ macro_rules! slice_fns {
 
         #[cfg(target_arch = "x86_64")]
         mod avx2 {
-            const BLOCK: usize = 32;
             $(
                 #[target_feature(enable = "avx2,fma")]
                 pub(super) unsafe fn $name(x: &[f32], y: &mut [f32]) {
-                    // Blocks of four vectors: one vector's chain of dependent multiply-adds
-                    // is long enough that, alone, it leaves the FMA units idle.
-                    let mut xs = x.chunks_exact(BLOCK);
-                    let mut ys = y.chunks_exact_mut(BLOCK);
-                    for (yb, xb) in (&mut ys).zip(&mut xs) {
-                        let xb: &[f32; BLOCK] = xb.try_into().expect("BLOCK values");
-                        let yb: &mut [f32; BLOCK] = yb.try_into().expect("BLOCK values");
-                        for (y, &x) in yb.iter_mut().zip(xb) {
-                            *y = super::$f::<true>(x);
-                        }
-                    }
-                    for (y, &x) in ys.into_remainder().iter_mut().zip(xs.remainder()) {
-                        *y = super::$f::<true>(x);
-                    }
+                    super::map_blocks(x, y, super::$f::<true>)
                 }
             )*
         }

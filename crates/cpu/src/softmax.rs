@@ -64,25 +64,13 @@ fn row_avx2(x: &[f32], y: &mut [f32], log: bool) {
     row_impl::<true>(x, y, log)
 }
 
-/// `exp(x - max)` in blocks of 32 (fixed-size loops vectorise, four vectors in flight), its
-/// sum, then a scale by the sum's reciprocal, or for LogSoftmax `x - max - ln(sum)`.
+/// `exp(x - max)` (through [`math::map_blocks`]), its sum, then a scale by the sum's
+/// reciprocal, or for LogSoftmax `x - max - ln(sum)`.
 /// `F`: fused multiply-adds in `exp` (see [`math::exp`]).
 #[inline(always)]
 fn row_impl<const F: bool>(x: &[f32], y: &mut [f32], log: bool) {
-    const BLOCK: usize = 32;
     let m = crate::reduce::max(x);
-    let mut xs = x.chunks_exact(BLOCK);
-    let mut ys = y.chunks_exact_mut(BLOCK);
-    for (yb, xb) in (&mut ys).zip(&mut xs) {
-        let xb: &[f32; BLOCK] = xb.try_into().expect("BLOCK values");
-        let yb: &mut [f32; BLOCK] = yb.try_into().expect("BLOCK values");
-        for (o, &v) in yb.iter_mut().zip(xb) {
-            *o = math::exp::<F>(v - m);
-        }
-    }
-    for (o, &v) in ys.into_remainder().iter_mut().zip(xs.remainder()) {
-        *o = math::exp::<F>(v - m);
-    }
+    math::map_blocks(x, y, |v| math::exp::<F>(v - m));
     let sum = crate::reduce::sum(y);
     if log {
         let l = sum.ln();
