@@ -276,20 +276,7 @@ fn plane<const AVX: bool>(
     let ow = p.ow;
     let (buf, offs) = (&*buf, &scratch.offs);
     if p.flat() {
-        #[cfg(target_arch = "x86_64")]
-        if let (true, Ok(o), Ok(w)) = (
-            AVX,
-            <&[usize; 9]>::try_from(&offs[..]),
-            <&[f32; 9]>::try_from(w),
-        ) {
-            // SAFETY: AVX is only true in code reached from `plane_avx2`, which runs only
-            // when the CPU supports AVX2 and FMA.
-            unsafe { taps9_avx2(buf, o, w, bias, flat_out) };
-        } else {
-            weighted_taps(buf, offs, w, bias, flat_out);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        weighted_taps(buf, offs, w, bias, flat_out);
+        taps::<AVX>(buf, offs, w, bias, flat_out);
         for (out, run) in y.chunks_exact_mut(ow).zip(flat_out.chunks(row_len)) {
             copy_row(out, run);
         }
@@ -297,21 +284,22 @@ fn plane<const AVX: bool>(
         return;
     }
     for (oy, out) in y.chunks_exact_mut(ow).enumerate().take(p.oh) {
-        let src = &buf[oy * p.sh * row_len..];
-        #[cfg(target_arch = "x86_64")]
-        if let (true, Ok(o), Ok(w)) = (
-            AVX,
-            <&[usize; 9]>::try_from(&offs[..]),
-            <&[f32; 9]>::try_from(w),
-        ) {
-            // SAFETY: as for the flat run above.
-            unsafe { taps9_avx2(src, o, w, bias, out) };
-            activate(act, out);
-            continue;
-        }
-        weighted_taps(src, offs, w, bias, out);
+        taps::<AVX>(&buf[oy * p.sh * row_len..], offs, w, bias, out);
         activate(act, out);
     }
+}
+
+/// [`weighted_taps`], through the AVX2 nine-tap kernel when `AVX` and the kernel is 3x3.
+#[inline(always)]
+fn taps<const AVX: bool>(src: &[f32], offs: &[usize], w: &[f32], bias: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let (true, Ok(o), Ok(w9)) = (AVX, <&[usize; 9]>::try_from(offs), <&[f32; 9]>::try_from(w)) {
+        // SAFETY: AVX is only true in code reached from `plane_avx2`, which runs only when
+        // the CPU supports AVX2 and FMA.
+        unsafe { taps9_avx2(src, o, w9, bias, out) };
+        return;
+    }
+    weighted_taps(src, offs, w, bias, out);
 }
 
 /// `out[i] = bias + sum over taps t of w[t] * src[offs[t] + i]`: one pass for 3x3 kernels,
