@@ -517,6 +517,8 @@ fn movement() {
         (&[2, 3, 4, 5], Some(vec![0, 2, 1, 3])),
         (&[2, 3, 4, 5], Some(vec![3, 1, 0, 2])),
         (&[1, 128, 4, 64], Some(vec![0, 2, 1, 3])),
+        // The last two output axes swap the contiguous one (tiled): attention's K^T.
+        (&[1, 128, 4, 64], Some(vec![0, 2, 3, 1])),
         (&[1, 116, 2, 28, 28], Some(vec![0, 2, 1, 3, 4])),
         (&[5, 1, 7], Some(vec![2, 1, 0])),
         (&[2, 64, 33, 40], Some(vec![0, 2, 3, 1])),
