@@ -7,6 +7,7 @@
 //! Output columns are processed in blocks so the im2col buffer stays in cache.
 
 use crate::gemm::{PackedMatrix, Side};
+use crate::scratch::{grown, with_taken};
 use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
 use crate::stride2;
 use crate::winograd::{WinogradKernel, WinogradTile};
@@ -92,16 +93,6 @@ struct PhasePlanes {
     offs: Vec<usize>,
     /// Floats of one group's planes.
     len: usize,
-}
-
-/// The first `n` values of a scratch buffer, grown when needed but never cleared: callers
-/// write every value they read (zeroing shared scratch on every call cost as much as using
-/// it).
-pub(crate) fn grown(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
 }
 
 /// Largest phase-plane buffer (floats per group) the 2-D path allocates (hostile pads).
@@ -640,12 +631,9 @@ impl Kernel for ConvKernel {
         let msplit = mg.div_ceil(mchunk.max(1)).max(1);
         let tasks = pairs * nblocks * msplit;
         let yp = SendPtr(yv.as_mut_ptr());
-        // Taken out of the thread-local for the run, not borrowed: while this thread waits for
-        // the parallel tasks, rayon may run another convolution on it (a concurrent run).
-        let mut planes = PLANES.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        {
+        with_taken(&PLANES, |planes| {
             if let Some(f) = phases {
-                let planes = grown(&mut planes, pairs * f.len);
+                let planes = grown(planes, pairs * f.len);
                 let [_, ih, iw] = self.geo.input;
                 let pad = [self.geo.pad[1], self.geo.pad[2]];
                 // Channel by channel: each channel's planes are `len / cg` values.
@@ -668,7 +656,7 @@ impl Kernel for ConvKernel {
                 let [_, ih, iw] = self.geo.input;
                 let [_, sh, sw] = self.geo.strides;
                 let [_, oh, _] = self.geo.output;
-                let dst = grown(&mut planes, compact);
+                let dst = grown(planes, compact);
                 let plane = |(src, dst): (&[f32], &mut [f32])| {
                     for (oy, out) in dst.chunks_exact_mut(ow).enumerate().take(oh) {
                         let row = &src[oy * sh * iw..][..(ow - 1) * sw + 1];
@@ -683,7 +671,7 @@ impl Kernel for ConvKernel {
                     src.zip(dst.chunks_exact_mut(p_total)).for_each(plane);
                 }
             }
-            let planes: &[f32] = &planes;
+            let planes: &[f32] = planes;
             let (xv, in_plane) = match self.subsample {
                 true => (&planes[..compact], p_total),
                 false => (xv, in_plane),
@@ -750,8 +738,7 @@ impl Kernel for ConvKernel {
             } else {
                 (0..tasks).for_each(task);
             }
-        }
-        PLANES.with(|p| *p.borrow_mut() = planes);
+        });
         Ok(())
     }
 

@@ -18,6 +18,7 @@ mod norm;
 mod pool;
 mod reduce;
 mod resize;
+mod scratch;
 pub mod sgemm;
 mod softmax;
 mod stride2;

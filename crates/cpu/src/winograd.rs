@@ -18,6 +18,7 @@
 //! fill its GEMMs, so the conv picks it for larger outputs only.
 
 use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm};
+use crate::scratch::{grown, with_taken};
 use crate::sgemm::MR;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::nn::activation::Activation;
@@ -30,16 +31,6 @@ thread_local! {
     /// A block's transformed inputs and products (`v`, `z`), kept between runs: allocating
     /// them per run cost a zero fill and page faults on every block.
     static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
-/// Runs `f` with this thread's [`SCRATCH`], taken out for the call rather than borrowed: a
-/// block that spreads its GEMMs over rayon may, while it waits, run another block on this
-/// thread.
-fn with_scratch<R>(f: impl FnOnce(&mut (Vec<f32>, Vec<f32>)) -> R) -> R {
-    let mut s = SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
-    let r = f(&mut s);
-    SCRATCH.with(|c| *c.borrow_mut() = s);
-    r
 }
 
 /// Work (multiply-adds of the direct convolution) below which a conv runs on one thread.
@@ -389,8 +380,8 @@ impl WinogradKernel {
         let planes = self.tile.patch() * self.tile.patch();
         let n = (ty1 - ty0) * tw;
         // Grown only: every value a block reads is written first (input transform, GEMMs).
-        let v = crate::conv::grown(v, planes * c * n);
-        let z = crate::conv::grown(z, planes * m * n);
+        let v = grown(v, planes * c * n);
+        let z = grown(z, planes * m * n);
         match self.tile {
             WinogradTile::F2 => self.input_f2(x, ty0, ty1, v),
             WinogradTile::F4 => self.input_f4(x, ty0, ty1, v),
@@ -744,7 +735,9 @@ impl Kernel for WinogradKernel {
                 }
             }
             let work = |((a, b), mut piece): ((usize, usize), Vec<&mut [f32]>)| {
-                with_scratch(|(v, z)| self.block(xi, a, b, bias, &mut piece, v, z, inner))
+                with_taken(&SCRATCH, |(v, z)| {
+                    self.block(xi, a, b, bias, &mut piece, v, z, inner)
+                })
             };
             if parallel {
                 blocks.par_iter().copied().zip(pieces).try_for_each(work)?;
