@@ -78,15 +78,28 @@ pub(crate) mod avx2 {
     /// 15; and 2, 4, .., 16. Lane `j` of the three is window `j`'s taps.
     #[target_feature(enable = "avx2")]
     pub(crate) fn window3_taps(a: __m256, b: __m256, c: __m256) -> [__m256; 3] {
-        // Per 128-bit lane: a0 a2 b0 b2 | a4 a6 b4 b6; the 64-bit chunk order 0, 2, 1, 3
-        // then restores a0 a2 a4 a6 b0 b2 b4 b6 (likewise for the odd values).
-        let even = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
-        let even = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(even));
-        let odd = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
-        let odd = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(odd));
+        let (even, odd) = (evens(a, b), odds(a, b));
         // The even values moved down a lane, value 16 last.
         let next = _mm256_permutevar8x32_ps(even, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0));
         [even, odd, _mm256_blend_ps::<0x80>(next, c)]
+    }
+
+    /// Values 0, 2, .., 14 of the 16 in `a` (0..8) and `b` (8..16).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn evens(a: __m256, b: __m256) -> __m256 {
+        // Per 128-bit lane: a0 a2 b0 b2 | a4 a6 b4 b6; the 64-bit chunk order 0, 2, 1, 3
+        // then restores a0 a2 a4 a6 b0 b2 b4 b6.
+        let e = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(e))
+    }
+
+    /// Values 1, 3, .., 15 of the 16 in `a` and `b` (as [`evens`]).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn odds(a: __m256, b: __m256) -> __m256 {
+        let o = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
+        _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(o))
     }
 
     /// Splits whole blocks of 8 pairs: evens into `odd_or_evens` when `even` is `None` (the
@@ -111,16 +124,11 @@ pub(crate) mod avx2 {
             unsafe {
                 let a = _mm256_loadu_ps(src.as_ptr().add(2 * i));
                 let b = _mm256_loadu_ps(src.as_ptr().add(2 * i + 8));
-                // Per 128-bit lane: a0 a2 b0 b2 | a4 a6 b4 b6; the 64-bit chunk order
-                // 0, 2, 1, 3 then restores a0 a2 a4 a6 b0 b2 b4 b6.
-                let e = _mm256_castps_pd(_mm256_shuffle_ps::<0x88>(a, b));
-                let e = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(e));
+                let e = evens(a, b);
                 match even.as_deref_mut() {
                     Some(even) => {
-                        let o = _mm256_castps_pd(_mm256_shuffle_ps::<0xDD>(a, b));
-                        let o = _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(o));
                         _mm256_storeu_ps(even.as_mut_ptr().add(i), e);
-                        _mm256_storeu_ps(odd_or_evens.as_mut_ptr().add(i), o);
+                        _mm256_storeu_ps(odd_or_evens.as_mut_ptr().add(i), odds(a, b));
                     }
                     None => _mm256_storeu_ps(odd_or_evens.as_mut_ptr().add(i), e),
                 }
