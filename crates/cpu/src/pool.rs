@@ -113,9 +113,9 @@ impl PoolKernel {
     /// The value padding contributes: nothing to a sum, never a maximum.
     fn identity(&self) -> f32 {
         if self.avg {
-            0.0
+            identity::<false>()
         } else {
-            f32::NEG_INFINITY
+            identity::<true>()
         }
     }
 
@@ -306,6 +306,16 @@ fn strided<const K: usize, const MAX: bool>(vrow: &[f32], row: &mut [f32], s: us
     }
 }
 
+/// The identity of a max (`MAX`, -inf) or a sum (0).
+#[inline(always)]
+fn identity<const MAX: bool>() -> f32 {
+    if MAX {
+        f32::NEG_INFINITY
+    } else {
+        0.0
+    }
+}
+
 /// One step of a max (`MAX`) or sum: `acc` combined with `v` (a NaN never replaces a maximum).
 #[inline(always)]
 fn pair<const MAX: bool>(acc: f32, v: f32) -> f32 {
@@ -344,7 +354,7 @@ fn reduce_rows_avx2<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
 #[inline(always)]
 fn reduce_rows_impl<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
     let n = out.len();
-    let id = if MAX { f32::NEG_INFINITY } else { 0.0 };
+    let id = identity::<MAX>();
     if rows.is_empty() {
         out.fill(id);
     }
@@ -384,7 +394,7 @@ fn window3x3s2<const MAX: bool>(r: [&[f32]; 3], pad: usize, out: &mut [f32]) {
     // The vector blocks: outputs j0.. whose windows start at column 2 j - pad >= 0.
     let j0 = pad.div_ceil(2).min(out.len());
     let mut j = j0;
-    let id = if MAX { f32::NEG_INFINITY } else { 0.0 };
+    let id = identity::<MAX>();
     while j + 8 <= out.len() && 2 * j + 17 <= iw + pad {
         // SAFETY: the CPU has AVX2 (fused3x3s2 is only set then); columns 2 j - pad up to
         // 2 j - pad + 16 lie inside every row (checked just above), outputs j..j + 8 inside
@@ -435,7 +445,7 @@ unsafe fn window3x3s2_block<const MAX: bool>(r: [&[f32]; 3], c0: usize, out: &mu
             _mm256_add_ps(acc, v)
         }
     };
-    let id = _mm256_set1_ps(if MAX { f32::NEG_INFINITY } else { 0.0 });
+    let id = _mm256_set1_ps(identity::<MAX>());
     let (mut a, mut b, mut c) = (id, id, id);
     for row in r {
         // SAFETY: 17 values from c0 lie inside the row (the caller's contract).
