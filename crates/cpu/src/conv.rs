@@ -394,15 +394,11 @@ impl ConvKernel {
         let Some(geo) = Geo3::new(&s) else {
             return Ok(None);
         };
-        let pointwise = geo.kernel == [1, 1, 1]
-            && geo.strides == [1, 1, 1]
+        let unpadded_1x1 = geo.kernel == [1, 1, 1]
             && s.geometry.pad_begin.iter().all(|&p| p == 0)
             && s.geometry.pad_end.iter().all(|&p| p == 0);
-        let subsample = !pointwise
-            && s.geometry.input.len() == 2
-            && geo.kernel == [1, 1, 1]
-            && s.geometry.pad_begin.iter().all(|&p| p == 0)
-            && s.geometry.pad_end.iter().all(|&p| p == 0);
+        let pointwise = unpadded_1x1 && geo.strides == [1, 1, 1];
+        let subsample = unpadded_1x1 && !pointwise && s.geometry.input.len() == 2;
         let (mg, kdim) = (
             s.out_channels / s.group,
             w_shape[1..].iter().product::<usize>(),
