@@ -241,6 +241,8 @@ impl PhasePlanes {
                 q.checked_sub(lane).map(|at| b.0 = at).is_some()
             });
             let blend = &blend[..count];
+            // How far past a row's offset the blend loads read.
+            let reach = blend.iter().map(|b| b.0 + NR).max().unwrap_or(0);
             for pc in (0..kdim).step_by(KC) {
                 let kc = KC.min(kdim - pc);
                 let panel = &mut buf[pc * npan * NR + jp * kc * NR..][..kc * NR];
@@ -253,8 +255,7 @@ impl PhasePlanes {
                         continue;
                     }
                     let d: &mut [f32; NR] = d.try_into().expect("NR values");
-                    let last = blend.iter().map(|b| o + b.0 + NR).max().unwrap_or(0);
-                    if blends && last <= xp.len() {
+                    if blends && o + reach <= xp.len() {
                         let mut bits = [0u32; NR];
                         for &(at, mask) in blend {
                             let v: &[f32; NR] = xp[o + at..][..NR].try_into().expect("NR");
