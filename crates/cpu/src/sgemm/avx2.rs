@@ -61,11 +61,9 @@ pub(super) unsafe fn column(
         if fast && i + MR <= rows {
             // SAFETY: as below, for a full tile.
             unsafe {
-                let ct = c.add(i * rsc);
-                prefetch_right(ct, rsc, MR);
-                let acc = product(kc, a.add(ip * kc * MR), b, bs);
-                store_simple(&acc, ct, rsc, &row_bias(&e), cb, e.act);
-            }
+                let ap = a.add(ip * kc * MR);
+                simple_tile(kc, ap, b, bs, c.add(i * rsc), rsc, &row_bias(&e), cb, e.act)
+            };
             continue;
         }
         // SAFETY: tile i of the block the caller vouches for; its panel starts ip panels in.
@@ -115,17 +113,9 @@ pub(super) unsafe fn row(
             // SAFETY: tile jp of the block the caller vouches for: B panel jp holds kc rows
             // of NR floats bs apart, a holds kc * MR floats, C's MR x NR tile is ours.
             unsafe {
-                let ct = c.add(jp * NR);
-                prefetch_right(ct, rsc, MR);
-                store_simple(
-                    &product(kc, a, b.add(jp * step), bs),
-                    ct,
-                    rsc,
-                    &rb,
-                    cb,
-                    e.act,
-                );
-            }
+                let (bp, ct) = (b.add(jp * step), c.add(jp * NR));
+                simple_tile(kc, a, bp, bs, ct, rsc, &rb, cb, e.act)
+            };
         }
         return;
     }
@@ -321,6 +311,33 @@ unsafe fn prefetch_right(c: *mut f32, rsc: usize, rows: usize) {
 #[inline]
 fn row_bias(e: &TileEpi) -> [__m256; MR] {
     std::array::from_fn(|i| _mm256_set1_ps(e.row_bias.get(i).copied().unwrap_or(0.0)))
+}
+
+/// One full tile through a [`simple`] epilogue: the next tile's lines fetched, the product
+/// of the A panel `a` and the B rows `b` (`bs` apart), stored with row bias `rb`, column bias
+/// `cb` and the activation.
+///
+/// # Safety
+/// As [`product`] for `a` and `b`, and [`store_simple`] for the MR x NR tile at `c`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn simple_tile(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    bs: usize,
+    c: *mut f32,
+    rsc: usize,
+    rb: &[__m256; MR],
+    cb: Option<[__m256; 2]>,
+    act: Option<Activation>,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        prefetch_right(c, rsc, MR);
+        store_simple(&product(kc, a, b, bs), c, rsc, rb, cb, act);
+    }
 }
 
 /// Stores a full tile through a [`simple`] epilogue: row bias `rb`, column bias `cb`,
