@@ -4,6 +4,7 @@
 
 pub mod elementwise;
 pub mod extra;
+pub mod layout;
 pub mod linalg;
 pub mod misc;
 pub mod nn;

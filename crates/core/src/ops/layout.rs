@@ -1,0 +1,327 @@
+//! The blocked channel layout NCHWc (ferrolite-specific ops, made by the `layout-nchwc` pass).
+//!
+//! A blocked tensor `[N, C/8, H, W, 8]` holds the plain `[N, C, H, W]` with each run of eight
+//! channels interleaved per pixel, so one SIMD register holds one pixel of eight channels: a
+//! convolution then reads its input without packing it, and pooling or a depthwise convolution
+//! works on whole registers. Only tensors whose channel count is a multiple of
+//! [`BLOCK`] are blocked, so no padding channels exist.
+//!
+//! [`ReorderNchwc`] converts between the layouts; [`Nchwc`] runs a plain op (Conv, MaxPool,
+//! AveragePool, their global forms, BatchNormalization) on blocked tensors: its shape inference and reference unblock
+//! the inputs, run the plain op and block the result, so its semantics are the plain op's.
+
+use crate::op::{input, output, required, Prototype};
+use crate::{op_bail, op_ensure, DTypeSet, InferCtx, InferInput, Op, OpResult, Tensor, TensorInfo};
+use std::sync::Arc;
+
+/// Channels per block: one AVX2 register of f32.
+pub const BLOCK: usize = 8;
+
+/// `[N, C, H, W]` -> `[N, C/8, H, W, 8]`; `None` unless the shape is 4-D with `C % 8 == 0`.
+pub fn blocked_shape(plain: &[usize]) -> Option<Vec<usize>> {
+    match *plain {
+        [n, c, h, w] if c % BLOCK == 0 && c > 0 => Some(vec![n, c / BLOCK, h, w, BLOCK]),
+        _ => None,
+    }
+}
+
+/// `[N, C/8, H, W, 8]` -> `[N, C, H, W]`.
+pub fn plain_shape(blocked: &[usize]) -> OpResult<Vec<usize>> {
+    match *blocked {
+        [n, cb, h, w, b] if b == BLOCK => Ok(vec![n, cb * BLOCK, h, w]),
+        _ => op_bail!("a blocked (NCHWc) tensor must be [N, C/8, H, W, 8], got shape {blocked:?}"),
+    }
+}
+
+/// Moves every element between the layouts: `to_blocked` takes a plain tensor.
+fn reorder(x: &Tensor, to_blocked: bool) -> OpResult<Tensor> {
+    let (plain, out_shape) = if to_blocked {
+        let Some(b) = blocked_shape(x.shape()) else {
+            op_bail!(
+                "input 0 must be [N, C, H, W] with C a multiple of {BLOCK}, got shape {:?}",
+                x.shape()
+            );
+        };
+        (x.shape().to_vec(), b)
+    } else {
+        let p = plain_shape(x.shape())?;
+        (p.clone(), p)
+    };
+    let [n, c, h, w] = plain[..] else {
+        unreachable!("plain shapes are 4-D")
+    };
+    let hw = h * w;
+    let xs = x.to_f64_vec();
+    let mut ys = vec![0.0; xs.len()];
+    for b in 0..n {
+        for ch in 0..c {
+            for p in 0..hw {
+                let pi = (b * c + ch) * hw + p;
+                let bi = ((b * (c / BLOCK) + ch / BLOCK) * hw + p) * BLOCK + ch % BLOCK;
+                if to_blocked {
+                    ys[bi] = xs[pi];
+                } else {
+                    ys[pi] = xs[bi];
+                }
+            }
+        }
+    }
+    super::nn::tensor_from_f64(x.dtype(), &out_shape, &ys)
+}
+
+/// Plain `[N, C, H, W]` -> blocked (`ToNchwc`) or back (`FromNchwc`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReorderNchwc {
+    pub to_blocked: bool,
+}
+
+static REORDER_PROTO: Prototype = Prototype {
+    inputs: &[input("X", DTypeSet::FLOAT)],
+    outputs: &[output("Y")],
+    value_inputs: &[],
+};
+
+impl Op for ReorderNchwc {
+    fn name(&self) -> &'static str {
+        if self.to_blocked {
+            "ToNchwc"
+        } else {
+            "FromNchwc"
+        }
+    }
+
+    fn prototype(&self) -> &'static Prototype {
+        &REORDER_PROTO
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
+        let x = ctx.shape(0)?;
+        let shape = if self.to_blocked {
+            blocked_shape(x).ok_or_else(|| {
+                crate::OpError(format!(
+                    "input 0 must be [N, C, H, W] with C a multiple of {BLOCK}, got shape {x:?}"
+                ))
+            })?
+        } else {
+            plain_shape(x)?
+        };
+        Ok(vec![TensorInfo::new(ctx.dtype(0)?, shape)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        Ok(vec![reorder(required(inputs, 0)?, self.to_blocked)?])
+    }
+}
+
+/// A plain op run on blocked tensors: input 0 is blocked when `blocked_input` (a Conv whose
+/// channel count is not a multiple of 8 reads its plain input), the other inputs (weights,
+/// bias) are as the plain op takes them, and output 0 is blocked.
+#[derive(Clone, Debug)]
+pub struct Nchwc {
+    pub inner: Arc<dyn Op>,
+    pub blocked_input: bool,
+}
+
+impl Nchwc {
+    /// The plain shapes of the inputs, as the inner op sees them.
+    fn plain_inputs<'a>(
+        &self,
+        inputs: &'a [Option<InferInput<'a>>],
+        x_plain: &'a [usize],
+    ) -> Vec<Option<InferInput<'a>>> {
+        let mut v = inputs.to_vec();
+        if let Some(Some(x)) = v.first_mut() {
+            x.shape = x_plain;
+            x.value = None;
+        }
+        v
+    }
+}
+
+impl Op for Nchwc {
+    fn name(&self) -> &'static str {
+        match self.inner.name() {
+            "Conv" => "NchwcConv",
+            "MaxPool" => "NchwcMaxPool",
+            "AveragePool" => "NchwcAveragePool",
+            "GlobalAveragePool" => "NchwcGlobalAveragePool",
+            "GlobalMaxPool" => "NchwcGlobalMaxPool",
+            "BatchNormalization" => "NchwcBatchNormalization",
+            _ => "Nchwc",
+        }
+    }
+
+    fn prototype(&self) -> &'static Prototype {
+        self.inner.prototype()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
+        let x = ctx.shape(0)?;
+        let x_plain = if self.blocked_input {
+            plain_shape(x)?
+        } else {
+            x.to_vec()
+        };
+        let plain = self.plain_inputs(ctx.inputs, &x_plain);
+        let outs = self.inner.infer(&InferCtx { inputs: &plain })?;
+        op_ensure!(
+            outs.len() == 1,
+            "{} has {} outputs; only single-output ops run blocked",
+            self.inner.name(),
+            outs.len()
+        );
+        let y = &outs[0];
+        let Some(shape) = blocked_shape(&y.shape) else {
+            op_bail!(
+                "output shape {:?} cannot be blocked (4-D with channels a multiple of {BLOCK})",
+                y.shape
+            );
+        };
+        Ok(vec![TensorInfo::new(y.dtype, shape)])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0)?;
+        let x_plain = if self.blocked_input {
+            Some(reorder(x, false)?)
+        } else {
+            None
+        };
+        let mut plain: Vec<Option<&Tensor>> = inputs.to_vec();
+        plain[0] = Some(x_plain.as_ref().unwrap_or(x));
+        let ys = self.inner.eval(&plain)?;
+        op_ensure!(ys.len() == 1, "only single-output ops run blocked");
+        Ok(vec![reorder(&ys[0], true)?])
+    }
+
+    fn flops(&self, inputs: &[Option<TensorInfo>], outputs: &[TensorInfo]) -> u64 {
+        let plain = |t: &TensorInfo| {
+            plain_shape(&t.shape)
+                .map(|s| TensorInfo::new(t.dtype, s))
+                .unwrap_or_else(|_| t.clone())
+        };
+        let mut ins = inputs.to_vec();
+        if self.blocked_input {
+            if let Some(Some(x)) = ins.first_mut() {
+                *x = plain(x);
+            }
+        }
+        let outs: Vec<TensorInfo> = outputs.iter().map(plain).collect();
+        self.inner.flops(&ins, &outs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::linalg::conv::Conv;
+    use crate::ops::nn::pool::{Pool, PoolKind};
+
+    fn ramp(shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+            .collect();
+        Tensor::from_vec(shape, v).unwrap()
+    }
+
+    #[test]
+    fn reorder_places_channels_by_hand() {
+        // Channel c of pixel p holds 100 c + p; blocked, pixel p of block b holds 8 values.
+        let (c, hw) = (16, 3);
+        let v: Vec<f32> = (0..c * hw)
+            .map(|i| (100 * (i / hw) + i % hw) as f32)
+            .collect();
+        let x = Tensor::from_vec(&[1, c, 1, hw], v).unwrap();
+        let y = ReorderNchwc { to_blocked: true }.eval(&[Some(&x)]).unwrap();
+        assert_eq!(y[0].shape(), &[1, 2, 1, 3, 8]);
+        let ys = y[0].as_slice::<f32>().unwrap();
+        // Block 1, pixel 2, lane 3 is channel 11.
+        assert_eq!(ys[(3 + 2) * 8 + 3], 1102.0);
+        let back = ReorderNchwc { to_blocked: false }
+            .eval(&[Some(&y[0])])
+            .unwrap();
+        assert_eq!(
+            back[0].as_slice::<f32>().unwrap(),
+            x.as_slice::<f32>().unwrap()
+        );
+        assert_eq!(back[0].shape(), x.shape());
+    }
+
+    #[test]
+    fn reorder_rejects_unblockable_shapes() {
+        let x = ramp(&[1, 6, 2, 2]);
+        let err = ReorderNchwc { to_blocked: true }
+            .eval(&[Some(&x)])
+            .unwrap_err();
+        assert!(err.0.contains("multiple of 8"), "{err}");
+        let err = ReorderNchwc { to_blocked: false }
+            .eval(&[Some(&x)])
+            .unwrap_err();
+        assert!(err.0.contains("[N, C/8, H, W, 8]"), "{err}");
+    }
+
+    #[test]
+    fn blocked_ops_match_the_plain_ops() {
+        let x = ramp(&[1, 16, 5, 6]);
+        let xb = reorder(&x, true).unwrap();
+        let w = ramp(&[8, 16, 3, 3]);
+        let conv: Arc<dyn Op> = Arc::new(Conv::default());
+        let pool: Arc<dyn Op> = Arc::new(Pool {
+            kind: PoolKind::Max,
+            kernel_shape: vec![2, 2],
+            ..Pool::default()
+        });
+        for (op, ins) in [(conv, vec![Some(&x), Some(&w)]), (pool, vec![Some(&x)])] {
+            let want = op.eval(&ins).unwrap().remove(0);
+            let blocked = Nchwc {
+                inner: op.clone(),
+                blocked_input: true,
+            };
+            let mut bins = ins.clone();
+            bins[0] = Some(&xb);
+            let got = blocked.eval(&bins).unwrap().remove(0);
+            let infos: Vec<Option<InferInput>> = bins
+                .iter()
+                .map(|t| {
+                    t.map(|t| InferInput {
+                        dtype: t.dtype(),
+                        shape: t.shape(),
+                        value: None,
+                    })
+                })
+                .collect();
+            let inferred = blocked.infer(&InferCtx { inputs: &infos }).unwrap();
+            assert_eq!(inferred[0].shape, got.shape(), "{}", blocked.name());
+            let got = reorder(&got, false).unwrap();
+            assert_eq!(got.shape(), want.shape());
+            assert_eq!(got.to_f64_vec(), want.to_f64_vec(), "{}", blocked.name());
+        }
+    }
+
+    #[test]
+    fn conv_reads_a_plain_input_when_asked() {
+        let x = ramp(&[1, 3, 4, 4]);
+        let w = ramp(&[8, 3, 3, 3]);
+        let conv: Arc<dyn Op> = Arc::new(Conv::default());
+        let want = conv.eval(&[Some(&x), Some(&w)]).unwrap().remove(0);
+        let blocked = Nchwc {
+            inner: conv,
+            blocked_input: false,
+        };
+        let got = blocked.eval(&[Some(&x), Some(&w)]).unwrap().remove(0);
+        assert_eq!(got.shape(), &[1, 1, 2, 2, 8]);
+        assert_eq!(
+            reorder(&got, false).unwrap().to_f64_vec(),
+            want.to_f64_vec()
+        );
+    }
+}
