@@ -14,6 +14,7 @@ pub mod gemm;
 mod math;
 pub mod matmul;
 mod movement;
+mod nchwc;
 mod norm;
 mod pool;
 mod reduce;
@@ -62,6 +63,9 @@ impl CpuKernels {
             && req.outputs.iter().all(|o| o.dtype == DType::F32);
         if !all_f32 {
             return None;
+        }
+        if let Some(k) = nchwc::pick(self.gemm.isa, req) {
+            return Some(k);
         }
         let shape = |i: usize| req.inputs.get(i).and_then(|x| x.as_ref()).map(|x| x.shape);
         let op = req.node.op.as_any();

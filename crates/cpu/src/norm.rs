@@ -67,6 +67,7 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
         return Some(Box::new(BatchNormKernel {
             x: x.to_vec(),
             eps: b.epsilon,
+            lanes: 1,
         }));
     }
     None
@@ -148,15 +149,31 @@ impl Kernel for LayerNormKernel {
 }
 
 #[derive(Debug)]
-struct BatchNormKernel {
+pub(crate) struct BatchNormKernel {
     x: Vec<usize>,
     eps: f64,
+    /// Channels per element of axis 1: 1, or 8 for a blocked (NCHWc) input whose last axis
+    /// holds eight channels of a pixel.
+    lanes: usize,
+}
+
+impl BatchNormKernel {
+    /// BatchNormalization of a blocked `[N, C/8, H, W, 8]` input.
+    pub(crate) fn blocked(b: &BatchNorm, x: &[usize]) -> Option<Self> {
+        let lanes = ferrolite_core::ops::layout::BLOCK;
+        (x.len() == 5 && x[4] == lanes).then(|| BatchNormKernel {
+            x: x.to_vec(),
+            eps: b.epsilon,
+            lanes,
+        })
+    }
 }
 
 impl Kernel for BatchNormKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
-        let c = self.x[1];
+        let (groups, lanes) = (self.x[1], self.lanes);
+        let c = groups * lanes;
         let p: Vec<&[f32]> = (1..5)
             .map(|i| input(inputs, i, &[c]))
             .collect::<OpResult<_>>()?;
@@ -177,11 +194,21 @@ impl Kernel for BatchNormKernel {
         for_chunks(y, inner, 1, |s, chunk| {
             for (i, yr) in chunk.chunks_exact_mut(inner).enumerate() {
                 let plane = s / inner + i;
-                let ch = plane % c;
+                let ch = plane % groups * lanes;
                 let xr = &x[plane * inner..(plane + 1) * inner];
-                let (m, a) = (mul[ch], add[ch]);
-                for (o, &v) in yr.iter_mut().zip(xr) {
-                    *o = v * m + a;
+                if lanes == 1 {
+                    let (m, a) = (mul[ch], add[ch]);
+                    for (o, &v) in yr.iter_mut().zip(xr) {
+                        *o = v * m + a;
+                    }
+                    continue;
+                }
+                // Blocked: each pixel holds the group's channels in order.
+                let (m, a) = (&mul[ch..ch + lanes], &add[ch..ch + lanes]);
+                for (o, v) in yr.chunks_exact_mut(lanes).zip(xr.chunks_exact(lanes)) {
+                    for j in 0..lanes {
+                        o[j] = v[j] * m[j] + a[j];
+                    }
                 }
             }
         });
@@ -189,6 +216,10 @@ impl Kernel for BatchNormKernel {
     }
 
     fn name(&self) -> &str {
-        "cpu.batchnorm"
+        if self.lanes == 1 {
+            "cpu.batchnorm"
+        } else {
+            "cpu.nchwc.batchnorm"
+        }
     }
 }

@@ -461,3 +461,297 @@ unsafe fn window3x3s2_block<const MAX: bool>(r: [&[f32]; 3], c0: usize, out: &mu
     // SAFETY: out holds 8 values (the caller's contract).
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
 }
+
+/// Max or average pooling of blocked (NCHWc) tensors `[N, C/8, H, W, 8]`: every tap is one
+/// pixel's eight channels, reduced lane by lane (one register on AVX2).
+#[derive(Debug)]
+pub(crate) struct BlockedPoolKernel {
+    x: Vec<usize>,
+    gh: AxisGeometry,
+    gw: AxisGeometry,
+    h: AxisPlan,
+    w: AxisPlan,
+    avg: bool,
+    count_include_pad: bool,
+}
+
+/// Channels per block of the blocked layout.
+const LANES: usize = ferrolite_core::ops::layout::BLOCK;
+
+impl BlockedPoolKernel {
+    /// `x` is the blocked input shape.
+    pub(crate) fn new(p: &Pool, x: &[usize]) -> Option<Self> {
+        let plain = ferrolite_core::ops::layout::plain_shape(x).ok()?;
+        let avg = match p.kind {
+            PoolKind::Max => false,
+            PoolKind::Average => true,
+            PoolKind::Lp => return None,
+        };
+        if p.with_indices {
+            return None;
+        }
+        let [gh, gw] = <[AxisGeometry; 2]>::try_from(p.geometry(&plain).ok()?).ok()?;
+        Some(BlockedPoolKernel {
+            x: x.to_vec(),
+            h: AxisPlan::new(&gh),
+            w: AxisPlan::new(&gw),
+            gh,
+            gw,
+            avg,
+            count_include_pad: p.count_include_pad,
+        })
+    }
+
+    /// One block plane `[H, W, 8]` into `dst` `[OH, OW, 8]`.
+    #[inline(always)]
+    fn plane_impl<const MAX: bool>(&self, src: &[f32], dst: &mut [f32]) {
+        let (iw, ow) = (self.gw.input, self.gw.output);
+        for (oh, row) in dst.chunks_exact_mut(ow * LANES).enumerate() {
+            for (o, out) in row.chunks_exact_mut(LANES).enumerate() {
+                let mut acc = [identity::<MAX>(); LANES];
+                for kh in self.h.lo[oh]..self.h.hi[oh] {
+                    let ih = self.gh.tap(oh, kh) as usize;
+                    for kw in self.w.lo[o]..self.w.hi[o] {
+                        let iw_ = self.gw.tap(o, kw) as usize;
+                        let v = &src[(ih * iw + iw_) * LANES..][..LANES];
+                        for (a, &v) in acc.iter_mut().zip(v) {
+                            *a = pair::<MAX>(*a, v);
+                        }
+                    }
+                }
+                if !MAX {
+                    let n = if self.count_include_pad {
+                        self.h.padded[oh] * self.w.padded[o]
+                    } else {
+                        (self.h.hi[oh] - self.h.lo[oh]) * (self.w.hi[o] - self.w.lo[o])
+                    };
+                    for a in &mut acc {
+                        *a = (*a as f64 / n as f64) as f32;
+                    }
+                }
+                out.copy_from_slice(&acc);
+            }
+        }
+    }
+
+    fn plane(&self, src: &[f32], dst: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::sgemm::Isa::detect() == crate::sgemm::Isa::Avx2Fma {
+            let (ih, iw) = (self.gh.input, self.gw.input);
+            assert!(src.len() >= ih * iw * LANES);
+            assert!(dst.len() >= self.gh.output * self.gw.output * LANES);
+            // SAFETY: the CPU has AVX2 (checked by detect); the taps' rows and columns lie
+            // inside the plane (AxisPlan's ranges) whose size was asserted, and the outputs
+            // inside `dst` (asserted).
+            unsafe {
+                if self.avg {
+                    self.plane_avx2::<false>(src, dst)
+                } else {
+                    self.plane_avx2::<true>(src, dst)
+                }
+            };
+            return;
+        }
+        if self.avg {
+            self.plane_impl::<false>(src, dst)
+        } else {
+            self.plane_impl::<true>(src, dst)
+        }
+    }
+
+    /// [`Self::plane_impl`] with one register per pixel.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `src` must hold the input plane and `dst` the output plane.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn plane_avx2<const MAX: bool>(&self, src: &[f32], dst: &mut [f32]) {
+        let (iw, ow) = (self.gw.input, self.gw.output);
+        let (x, y) = (src.as_ptr(), dst.as_mut_ptr());
+        // Input coordinates of taps, as `AxisGeometry::tap` (inlined here).
+        let tap =
+            |g: &AxisGeometry, o: usize, k: usize| o * g.stride + k * g.dilation - g.pad_begin;
+        // Pixels whose window lies inside the row go four at a time: four independent
+        // chains instead of one waiting on each step.
+        let full = |o: usize| self.w.lo[o] == 0 && self.w.hi[o] == self.gw.kernel;
+        for oh in 0..self.gh.output {
+            let rows = tap(&self.gh, oh, self.h.lo[oh])..tap(&self.gh, oh, self.h.hi[oh]);
+            let mut o = 0;
+            while o < ow {
+                let cols = tap(&self.gw, o, self.w.lo[o])..tap(&self.gw, o, self.w.hi[o]);
+                let at = (oh * ow + o) * LANES;
+                if o + 4 <= ow && full(o) && full(o + 3) {
+                    // SAFETY: the windows' taps lie inside the plane (the caller's
+                    // contract) and pixels o..o + 4 inside the output row.
+                    let acc = unsafe {
+                        pool_pixels::<MAX, 4>(x, iw, &self.gh, &self.gw, rows.clone(), cols)
+                    };
+                    for (p, a) in acc.iter().enumerate() {
+                        self.store_avx2::<MAX>(*a, y, at + p * LANES, oh, o + p);
+                    }
+                    o += 4;
+                } else {
+                    // SAFETY: as above for pixel o.
+                    let acc = unsafe {
+                        pool_pixels::<MAX, 1>(x, iw, &self.gh, &self.gw, rows.clone(), cols)
+                    };
+                    self.store_avx2::<MAX>(acc[0], y, at, oh, o);
+                    o += 1;
+                }
+            }
+        }
+    }
+
+    /// Stores pixel (oh, o)'s max, or its sum divided by the window's count, at `y + at`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn store_avx2<const MAX: bool>(
+        &self,
+        acc: std::arch::x86_64::__m256,
+        y: *mut f32,
+        at: usize,
+        oh: usize,
+        o: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let mut v = [0f32; LANES];
+        // SAFETY: `v` holds eight values.
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc) };
+        if !MAX {
+            let cnt = if self.count_include_pad {
+                self.h.padded[oh] * self.w.padded[o]
+            } else {
+                (self.h.hi[oh] - self.h.lo[oh]) * (self.w.hi[o] - self.w.lo[o])
+            };
+            for v in &mut v {
+                *v = (*v as f64 / cnt as f64) as f32;
+            }
+        }
+        // SAFETY: the caller passes an output pixel inside the plane.
+        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), y.add(at), LANES) };
+    }
+}
+
+/// The max (`MAX`) or sum over input `rows` x `cols` (stepped by the dilations) of `N`
+/// neighbouring output pixels, one register each.
+///
+/// # Safety
+/// The CPU must support AVX2; every tap of the `N` windows must lie inside the plane at `x`
+/// (row width `iw`, eight values per pixel).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn pool_pixels<const MAX: bool, const N: usize>(
+    x: *const f32,
+    iw: usize,
+    gh: &AxisGeometry,
+    gw: &AxisGeometry,
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+) -> [std::arch::x86_64::__m256; N] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_set1_ps(identity::<MAX>()); N];
+    for r in rows.step_by(gh.dilation) {
+        for c in cols.clone().step_by(gw.dilation) {
+            for (p, a) in acc.iter_mut().enumerate() {
+                // SAFETY: the caller's contract.
+                let v = unsafe { _mm256_loadu_ps(x.add((r * iw + c + p * gw.stride) * LANES)) };
+                // `max_ps(v, acc)` is `v > acc ? v : acc`, the scalar fold's step.
+                *a = if MAX {
+                    _mm256_max_ps(v, *a)
+                } else {
+                    _mm256_add_ps(*a, v)
+                };
+            }
+        }
+    }
+    acc
+}
+
+impl Kernel for BlockedPoolKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let planes = self.x[0] * self.x[1];
+        let ip = self.gh.input * self.gw.input * LANES;
+        let op = (self.gh.output * self.gw.output * LANES).max(1);
+        let y = output(outputs, 0, planes * op)?;
+        let taps = self.gh.kernel * self.gw.kernel;
+        for_chunks(y, op, taps.max(1), |s, c| {
+            for (i, dst) in c.chunks_exact_mut(op).enumerate() {
+                let p = s / op + i;
+                self.plane(&x[p * ip..(p + 1) * ip], dst);
+            }
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        if self.avg {
+            "cpu.nchwc.avgpool"
+        } else {
+            "cpu.nchwc.maxpool"
+        }
+    }
+}
+
+/// Global max or average pooling of blocked tensors: `[N, C/8, H, W, 8]` -> `[N, C/8, 1, 1, 8]`.
+#[derive(Debug)]
+pub(crate) struct BlockedGlobalPoolKernel {
+    x: Vec<usize>,
+    avg: bool,
+}
+
+impl BlockedGlobalPoolKernel {
+    pub(crate) fn new(p: &GlobalPool, x: &[usize]) -> Option<Self> {
+        ferrolite_core::ops::layout::plain_shape(x).ok()?;
+        (p.kind != PoolKind::Lp).then(|| BlockedGlobalPoolKernel {
+            x: x.to_vec(),
+            avg: p.kind == PoolKind::Average,
+        })
+    }
+}
+
+impl Kernel for BlockedGlobalPoolKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let planes = self.x[0] * self.x[1];
+        let hw = self.x[2] * self.x[3];
+        let y = output(outputs, 0, planes * LANES)?;
+        for_chunks(y, LANES, hw.max(1), |s, c| {
+            for (i, out) in c.chunks_exact_mut(LANES).enumerate() {
+                let p = s / LANES + i;
+                let src = &x[p * hw * LANES..(p + 1) * hw * LANES];
+                if self.avg {
+                    // In f64, as the plain kernel's sums are exact enough for any plane.
+                    let mut acc = [0f64; LANES];
+                    for px in src.chunks_exact(LANES) {
+                        for (a, &v) in acc.iter_mut().zip(px) {
+                            *a += v as f64;
+                        }
+                    }
+                    for (o, a) in out.iter_mut().zip(acc) {
+                        *o = if hw == 0 {
+                            f32::NAN
+                        } else {
+                            (a / hw as f64) as f32
+                        };
+                    }
+                } else {
+                    let mut acc = [f32::NEG_INFINITY; LANES];
+                    for px in src.chunks_exact(LANES) {
+                        for (a, &v) in acc.iter_mut().zip(px) {
+                            *a = pair::<true>(*a, v);
+                        }
+                    }
+                    out.copy_from_slice(&acc);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.nchwc.globalpool"
+    }
+}

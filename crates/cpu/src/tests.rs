@@ -11,10 +11,10 @@ use ferrolite_core::{DType, Op, Tensor};
 use std::sync::Arc;
 
 /// A seeded linear congruential generator: values in [-1, 1).
-struct Lcg(u64);
+pub(crate) struct Lcg(pub(crate) u64);
 
 impl Lcg {
-    fn next(&mut self) -> f32 {
+    pub(crate) fn next(&mut self) -> f32 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
@@ -22,7 +22,7 @@ impl Lcg {
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
 
-    fn tensor(&mut self, shape: &[usize]) -> Tensor {
+    pub(crate) fn tensor(&mut self, shape: &[usize]) -> Tensor {
         let n = shape.iter().product();
         Tensor::from_vec(shape, (0..n).map(|_| self.next()).collect()).unwrap()
     }
@@ -87,7 +87,7 @@ fn check_with(
     kernel.name().to_string()
 }
 
-fn pool(threads: usize) -> rayon::ThreadPool {
+pub(crate) fn pool(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

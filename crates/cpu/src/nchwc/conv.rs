@@ -1,0 +1,564 @@
+//! Ordinary (group 1) 2-D convolution with blocked output, reading a blocked input (or a
+//! plain one whose channels do not fill blocks: a network's first layer).
+//!
+//! It needs no packing: for a row of up to six output pixels and two
+//! blocks of eight output channels, each input channel's value at each pixel is broadcast and
+//! multiplied into twelve registers of accumulators, the weights of that input channel (eight
+//! output channels per block) loaded once for the six pixels. The input is read in place (a
+//! padded copy first where the convolution pads); weights are reordered once at prerun to
+//! `[OC/8][input channel groups][KH][KW][channels per group][8]`.
+
+use super::{activate_row, clamp_of, SendPtr, B};
+use crate::fast::{input, output};
+use crate::sgemm::Isa;
+use ferrolite_core::ops::linalg::conv::ConvShapes;
+use ferrolite_core::ops::nn::activation::Activation;
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::{OpResult, Tensor};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// Output pixels per register tile.
+const TILE: usize = 6;
+
+/// Pixels per row of a flat (1x1) convolution: eight tiles.
+const FLAT_ROW: usize = 8 * TILE;
+
+/// An input larger than this (about L2) is read in bands of rows of about [`BAND_BYTES`].
+const L2_BYTES: usize = 256 << 10;
+const BAND_BYTES: usize = 96 << 10;
+
+/// Where a convolution reads its (padded) input.
+#[derive(Clone, Debug)]
+struct InputLayout {
+    /// Input channel groups (blocks of 8, or all channels of a plain input) and their size.
+    groups: usize,
+    group_len: usize,
+    /// Distance between channels of a group and between neighbouring pixels.
+    channel_step: usize,
+    pixel: usize,
+    /// Padded height and width.
+    ph: usize,
+    pw: usize,
+}
+
+impl InputLayout {
+    fn group_stride(&self) -> usize {
+        self.ph * self.pw * self.pixel * if self.pixel == 1 { self.group_len } else { 1 }
+    }
+}
+
+thread_local! {
+    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A 2-D convolution, group 1, on blocked output.
+#[derive(Debug)]
+pub(crate) struct ConvKernel {
+    x: Vec<usize>,
+    s: ConvShapes,
+    layout: InputLayout,
+    /// Tap offsets (in floats) from a window's first input value.
+    taps: Vec<usize>,
+    /// 1x1, stride 1, unpadded: output pixel p reads input pixel p, so the plane is one run
+    /// of pixels, cut into rows of this width (tiles are not cut at the image's rows).
+    flat_width: Option<usize>,
+    weights: Vec<f32>,
+    bias: Vec<f32>,
+    act: Option<Activation>,
+    isa: Isa,
+}
+
+impl ConvKernel {
+    /// `None` when the shapes are not a 2-D group-1 convolution with blocked output
+    /// channels (and blocked input channels when `blocked_input`).
+    pub(crate) fn new(
+        isa: Isa,
+        s: ConvShapes,
+        blocked_input: bool,
+        act: Option<Activation>,
+        x: &[usize],
+        w: &[f32],
+        bias: Option<&[f32]>,
+    ) -> Option<Self> {
+        let g = &s.geometry;
+        if g.input.len() != 2 || s.out_channels % B != 0 {
+            return None;
+        }
+        let (ic, oc) = (s.in_channels, s.out_channels);
+        if s.group != 1
+            || blocked_input && ic % B != 0
+            || w.len() != oc * ic * g.kernel[0] * g.kernel[1]
+        {
+            return None;
+        }
+        let (kh, kw) = (g.kernel[0], g.kernel[1]);
+        let ph = g.input[0] + g.pad_begin[0] + g.pad_end[0];
+        let pw = g.input[1] + g.pad_begin[1] + g.pad_end[1];
+        let (groups, group_len, channel_step, pixel) = if blocked_input {
+            (ic / B, B, 1, B)
+        } else {
+            (1, ic, ph * pw, 1)
+        };
+        let layout = InputLayout {
+            groups,
+            group_len,
+            channel_step,
+            pixel,
+            ph,
+            pw,
+        };
+        let taps: Vec<usize> = (0..kh * kw)
+            .map(|t| ((t / kw) * g.dilations[0] * pw + (t % kw) * g.dilations[1]) * pixel)
+            .collect();
+        // Weights: [OC/8][groups][KH][KW][group_len][8].
+        let kk = kh * kw;
+        let mut weights = vec![0f32; w.len()];
+        for (i, &v) in w.iter().enumerate() {
+            let (o, c, t) = (i / (ic * kk), i / kk % ic, i % kk);
+            let (grp, j) = (c / group_len, c % group_len);
+            weights[(((o / B * groups + grp) * kk + t) * group_len + j) * B + o % B] = v;
+        }
+        let bias = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
+        let flat = kh * kw == 1
+            && g.strides == [1, 1]
+            && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p == 0);
+        let flat_width = flat.then_some(FLAT_ROW);
+        Some(ConvKernel {
+            x: x.to_vec(),
+            s,
+            layout,
+            taps,
+            flat_width,
+            weights,
+            bias,
+            act,
+            isa,
+        })
+    }
+
+    /// Output rows as the work is cut: the image's, or runs of a flat plane.
+    fn out_rows(&self) -> usize {
+        let g = &self.s.geometry;
+        match self.flat_width {
+            Some(w) => (g.output[0] * g.output[1]).div_ceil(w),
+            None => g.output[0],
+        }
+    }
+
+    /// Output row `r`'s first pixel (in the plane) and width.
+    fn row_span(&self, r: usize) -> (usize, usize) {
+        let g = &self.s.geometry;
+        let (oh, ow) = (g.output[0], g.output[1]);
+        match self.flat_width {
+            Some(w) => (r * w, w.min(oh * ow - r * w)),
+            None => (r * ow, ow),
+        }
+    }
+
+    fn pads(&self) -> bool {
+        let g = &self.s.geometry;
+        g.pad_begin.iter().chain(&g.pad_end).any(|&p| p > 0)
+    }
+
+    /// Copies one batch item's input into `dst` with zero padding around every plane.
+    fn pad(&self, src: &[f32], dst: &mut [f32]) {
+        let g = &self.s.geometry;
+        let l = &self.layout;
+        let (ih, iw) = (g.input[0], g.input[1]);
+        let (pt, pl) = (g.pad_begin[0], g.pad_begin[1]);
+        let u = l.pixel;
+        let planes = src.len() / (ih * iw * u).max(1);
+        let plane = l.ph * l.pw * u;
+        crate::fast::for_chunks(dst, plane.max(1), 1, |s, out| {
+            for (i, d) in out.chunks_exact_mut(plane.max(1)).enumerate() {
+                let p = s / plane.max(1) + i;
+                if p >= planes {
+                    break;
+                }
+                let sp = &src[p * ih * iw * u..(p + 1) * ih * iw * u];
+                d[..pt * l.pw * u].fill(0.0);
+                for (y, row) in d[pt * l.pw * u..(pt + ih) * l.pw * u]
+                    .chunks_exact_mut(l.pw * u)
+                    .enumerate()
+                {
+                    row[..pl * u].fill(0.0);
+                    row[pl * u..(pl + iw) * u].copy_from_slice(&sp[y * iw * u..(y + 1) * iw * u]);
+                    row[(pl + iw) * u..].fill(0.0);
+                }
+                d[(pt + ih) * l.pw * u..].fill(0.0);
+            }
+        });
+    }
+
+    /// Output rows `rows` of output-channel blocks `ob..ob + nb` (1 or 2) from the padded
+    /// input `x`, into `y` (this batch item's output).
+    fn rows(&self, x: &[f32], y: SendPtr, ob: usize, nb: usize, rows: std::ops::Range<usize>) {
+        let g = &self.s.geometry;
+        let (oh, ow) = (g.output[0], g.output[1]);
+        let plane = oh * ow * B;
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX2 and FMA (the Isa was detected).
+            Isa::Avx2Fma => unsafe { avx2::rows(self, x, y, ob, nb, rows.clone()) },
+            _ => self.for_each_tile(x, y, ob, rows.clone(), |t, n, out| {
+                assert!(t.fits(n, nb));
+                // SAFETY: the reads stay inside the tile's slices (asserted) and `out` holds
+                // the tile (for_each_tile's contract).
+                unsafe { portable(t, n, nb, out, plane) }
+            }),
+        }
+        if self.act.is_some() && clamp_of(self.act).is_none() {
+            for oy in rows {
+                for b in ob..ob + nb {
+                    // SAFETY: this call owns output rows `rows` of blocks ob..ob + nb (the
+                    // callers split work by block and row); the tiles wrote every value.
+                    let (p0, n) = self.row_span(oy);
+                    let row = unsafe {
+                        std::slice::from_raw_parts_mut(y.0.add(b * plane + p0 * B), n * B)
+                    };
+                    activate_row(self.isa, self.act, row);
+                }
+            }
+        }
+    }
+
+    /// Calls `f(tile, n, out)` for every tile of output rows `rows` from block `ob`, chunk of
+    /// input channels by chunk; `out` points at the tile's first output,
+    /// owned by this call (the callers split work by block and row).
+    #[inline(always)]
+    fn for_each_tile(
+        &self,
+        x: &[f32],
+        y: SendPtr,
+        ob: usize,
+        rows: std::ops::Range<usize>,
+        mut f: impl FnMut(&Tile, usize, *mut f32),
+    ) {
+        let g = &self.s.geometry;
+        let l = &self.layout;
+        let (oh, ow) = (g.output[0], g.output[1]);
+        let (sh, sw) = (g.strides[0], g.strides[1]);
+        let plane = oh * ow * B;
+        let wlen = self.weights.len() / (self.s.out_channels / B);
+        // Input channel groups in chunks whose weights (two blocks) stay in L1 over all the
+        // rows: later chunks add to the outputs of the first.
+        let per_group = self.taps.len() * l.group_len;
+        let chunk = (256 / per_group.max(1)).clamp(1, l.groups.max(1));
+        let chunks = l.groups.div_ceil(chunk);
+        let clamp = clamp_of(self.act);
+        for ci in 0..chunks {
+            let groups = ci * chunk..((ci + 1) * chunk).min(l.groups.max(1));
+            for oy in rows.clone() {
+                // Tiles as even as possible: a one-pixel tile would wait on its few chains.
+                let (p0, width) = self.row_span(oy);
+                let row_x = match self.flat_width {
+                    Some(_) => p0 * l.pixel,
+                    None => oy * sh * l.pw * l.pixel,
+                };
+                let tiles = width.div_ceil(TILE);
+                let mut ox = 0;
+                for i in 0..tiles {
+                    let n = width / tiles + usize::from(i < width % tiles);
+                    let x0 = row_x + ox * sw * l.pixel;
+                    let t = Tile {
+                        x: &x[x0..],
+                        layout: l,
+                        groups: groups.clone(),
+                        accumulate: ci > 0,
+                        clamp: clamp.filter(|_| ci + 1 == chunks),
+                        taps: &self.taps,
+                        px_step: sw * l.pixel,
+                        w: &self.weights[ob * wlen..],
+                        w_block: wlen,
+                        bias: &self.bias[ob * B..],
+                    };
+                    // Pixels ox..ox + n lie inside the row, inside the output.
+                    let out = y.0.wrapping_add(ob * plane + (p0 + ox) * B);
+                    f(&t, n, out);
+                    ox += n;
+                }
+            }
+        }
+    }
+}
+
+impl Kernel for ConvKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let g = &self.s.geometry;
+        let out_len = self.s.batch * self.s.out_channels * g.output[0] * g.output[1];
+        let y = output(outputs, 0, out_len)?;
+        let in_item = x.len() / self.s.batch.max(1);
+        let out_item = out_len / self.s.batch.max(1);
+        let l = &self.layout;
+        let padded_len = l.groups * l.group_stride();
+        let blocks = self.s.out_channels / B;
+        // Work units: pairs of output-channel blocks by bands of rows, enough of them to keep
+        // every thread busy. An input too big for L2 goes band by band, every pair of blocks
+        // reading the band while it is in cache.
+        let pairs = blocks.div_ceil(2);
+        let oh = self.out_rows();
+        let threads = rayon::current_num_threads();
+        let mut bands = if threads > 1 {
+            (4 * threads).div_ceil(pairs)
+        } else {
+            1
+        };
+        let input_bytes = 4 * padded_len;
+        if input_bytes > L2_BYTES {
+            bands = bands.max(input_bytes / BAND_BYTES);
+        }
+        let bands = bands.clamp(1, oh.max(1));
+        let rows_per = oh.div_ceil(bands).max(1);
+        crate::scratch::with_taken(&PADDED, |buf| {
+            for (xi, yi) in x
+                .chunks_exact(in_item.max(1))
+                .zip(y.chunks_exact_mut(out_item.max(1)))
+            {
+                let src: &[f32] = if self.pads() {
+                    let p = crate::scratch::grown(buf, padded_len);
+                    self.pad(xi, p);
+                    p
+                } else {
+                    xi
+                };
+                let yp = SendPtr(yi.as_mut_ptr());
+                let unit = |u: usize| {
+                    let (part, pair) = (u / pairs, u % pairs);
+                    let ob = pair * 2;
+                    let nb = 2.min(blocks - ob);
+                    let r0 = (part * rows_per).min(oh);
+                    let rows = r0..(r0 + rows_per).min(oh);
+                    self.rows(src, yp, ob, nb, rows);
+                };
+                let units = pairs * bands;
+                if threads > 1 {
+                    (0..units).into_par_iter().for_each(unit);
+                } else {
+                    (0..units).for_each(unit);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.nchwc.conv"
+    }
+}
+
+/// One row tile's operands.
+struct Tile<'a> {
+    /// The input from the tile's first window.
+    x: &'a [f32],
+    layout: &'a InputLayout,
+    /// The input channel groups to sum over, into the output's values when
+    /// `accumulate`, else from the bias.
+    groups: std::ops::Range<usize>,
+    accumulate: bool,
+    /// Bounds every final value is clamped to (Relu, Clip).
+    clamp: Option<(f32, f32)>,
+    taps: &'a [usize],
+    px_step: usize,
+    /// The first block's weights and the distance to the next block's.
+    w: &'a [f32],
+    w_block: usize,
+    bias: &'a [f32],
+}
+
+impl Tile<'_> {
+    /// Whether every value a tile of `n` pixels and `nb` blocks reads lies inside `x`, `w`
+    /// and the bias.
+    #[inline(always)]
+    fn fits(&self, n: usize, nb: usize) -> bool {
+        let l = self.layout;
+        let last_px = (n - 1) * self.px_step + self.taps.last().copied().unwrap_or(0);
+        let last_ch = (l.group_len - 1) * l.channel_step;
+        let groups = self.groups.end;
+        let reach_x = (groups.max(1) - 1) * l.group_stride() + last_px + last_ch + 1;
+        let reach_w = (nb - 1) * self.w_block + groups * self.taps.len() * l.group_len * B;
+        reach_x <= self.x.len() && reach_w <= self.w.len() && nb * B <= self.bias.len()
+    }
+}
+
+/// The tile in plain Rust.
+///
+/// # Safety
+/// `out` must hold `n` pixels of `nb` blocks at block stride `plane`; the reads must stay
+/// inside the tile's slices (`Tile::fits`).
+unsafe fn portable(t: &Tile, n: usize, nb: usize, out: *mut f32, plane: usize) {
+    let l = t.layout;
+    let mut acc = [[[0f32; B]; TILE]; 2];
+    for (b, a) in acc.iter_mut().enumerate().take(nb) {
+        for (i, p) in a.iter_mut().enumerate().take(n) {
+            if t.accumulate {
+                // SAFETY: the caller's contract (`out` holds the tile).
+                let o = unsafe { std::slice::from_raw_parts(out.add(b * plane + i * B), B) };
+                p.copy_from_slice(o);
+            } else {
+                p.copy_from_slice(&t.bias[b * B..b * B + B]);
+            }
+        }
+    }
+    let ntaps = t.taps.len();
+    for grp in t.groups.clone() {
+        for (ti, &off) in t.taps.iter().enumerate() {
+            let xg = grp * l.group_stride() + off;
+            let wg = (grp * ntaps + ti) * l.group_len * B;
+            for c in 0..l.group_len {
+                for (b, ab) in acc.iter_mut().enumerate().take(nb) {
+                    let w = &t.w[b * t.w_block + wg + c * B..][..B];
+                    for (p, a) in ab.iter_mut().enumerate().take(n) {
+                        let x = t.x[xg + c * l.channel_step + p * t.px_step];
+                        for j in 0..B {
+                            a[j] += x * w[j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if let Some((lo, hi)) = t.clamp {
+        for v in acc.iter_mut().flatten().flatten() {
+            *v = v.max(lo).min(hi);
+        }
+    }
+    for (b, ab) in acc.iter().enumerate().take(nb) {
+        for (p, a) in ab.iter().enumerate().take(n) {
+            // SAFETY: the caller's contract.
+            unsafe { std::ptr::copy_nonoverlapping(a.as_ptr(), out.add(b * plane + p * B), B) };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{ConvKernel, SendPtr, Tile, B, TILE};
+    use std::arch::x86_64::*;
+
+    /// [`ConvKernel::rows`]'s tiles, inlined into one AVX2 function.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; the call must own the rows (as `rows`).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows(
+        k: &ConvKernel,
+        x: &[f32],
+        y: SendPtr,
+        ob: usize,
+        nb: usize,
+        rows: std::ops::Range<usize>,
+    ) {
+        let g = &k.s.geometry;
+        let plane = g.output[0] * g.output[1] * B;
+        k.for_each_tile(x, y, ob, rows, |t, n, out| {
+            assert!(t.fits(n, nb));
+            // SAFETY: the CPU has AVX2 and FMA (the caller's contract); the reads stay inside
+            // the tile's slices (asserted) and `out` holds the tile (for_each_tile's contract).
+            unsafe { conv(t, n, nb, out, plane) }
+        })
+    }
+
+    /// An ordinary convolution's tile: dispatches to the monomorphised kernels.
+    ///
+    /// # Safety
+    /// As `portable`, and the CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn conv(t: &Tile, n: usize, nb: usize, out: *mut f32, plane: usize) {
+        macro_rules! go {
+            ($p:literal) => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    match (nb, t.layout.group_len == B && t.layout.channel_step == 1) {
+                        (2, true) => conv_tile::<$p, 2, true>(t, out, plane),
+                        (2, false) => conv_tile::<$p, 2, false>(t, out, plane),
+                        (_, true) => conv_tile::<$p, 1, true>(t, out, plane),
+                        (_, false) => conv_tile::<$p, 1, false>(t, out, plane),
+                    }
+                }
+            };
+        }
+        const _: () = assert!(TILE == 6);
+        match n {
+            6 => go!(6),
+            5 => go!(5),
+            4 => go!(4),
+            3 => go!(3),
+            2 => go!(2),
+            _ => go!(1),
+        }
+    }
+
+    /// `P` pixels of `NB` blocks; `BLOCKED` when the input is blocked (eight channels per
+    /// group, one float apart), so the channel loop is unrolled.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn conv_tile<const P: usize, const NB: usize, const BLOCKED: bool>(
+        t: &Tile,
+        out: *mut f32,
+        plane: usize,
+    ) {
+        let l = t.layout;
+        let (x, w) = (t.x.as_ptr(), t.w.as_ptr());
+        let mut acc = [[_mm256_setzero_ps(); P]; NB];
+        for (b, a) in acc.iter_mut().enumerate() {
+            if t.accumulate {
+                for (p, v) in a.iter_mut().enumerate() {
+                    // SAFETY: `out` holds the tile (the caller's contract).
+                    *v = unsafe { _mm256_loadu_ps(out.add(b * plane + p * B)) };
+                }
+            } else {
+                // SAFETY: the bias holds NB blocks (Tile::fits).
+                a.fill(unsafe { _mm256_loadu_ps(t.bias.as_ptr().add(b * B)) });
+            }
+        }
+        let (len, step) = if BLOCKED {
+            (B, 1)
+        } else {
+            (l.group_len, l.channel_step)
+        };
+        let ntaps = t.taps.len();
+        let gs = l.group_stride();
+        for grp in t.groups.clone() {
+            for (ti, &off) in t.taps.iter().enumerate() {
+                // SAFETY (all reads below): inside `x` and `w` (Tile::fits).
+                unsafe {
+                    let xp = x.add(grp * gs + off);
+                    let wp = w.add((grp * ntaps + ti) * len * B);
+                    for c in 0..len {
+                        let mut wv = [_mm256_setzero_ps(); NB];
+                        for (b, v) in wv.iter_mut().enumerate() {
+                            *v = _mm256_loadu_ps(wp.add(b * t.w_block + c * B));
+                        }
+                        // Pixel-major, so each broadcast feeds both blocks.
+                        #[allow(clippy::needless_range_loop)]
+                        for p in 0..P {
+                            let xv = _mm256_broadcast_ss(&*xp.add(c * step + p * t.px_step));
+                            for b in 0..NB {
+                                acc[b][p] = _mm256_fmadd_ps(wv[b], xv, acc[b][p]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (b, a) in acc.iter().enumerate() {
+            for (p, v) in a.iter().enumerate() {
+                // SAFETY: `out` holds the tile (the caller's contract).
+                unsafe { _mm256_storeu_ps(out.add(b * plane + p * B), clamp(t, *v)) };
+            }
+        }
+    }
+
+    /// `v` clamped to the tile's bounds: `max_ps(v, lo)` is `lo` for a NaN `v`, as `f32::max`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn clamp(t: &Tile, v: __m256) -> __m256 {
+        match t.clamp {
+            Some((lo, hi)) => {
+                _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(lo)), _mm256_set1_ps(hi))
+            }
+            None => v,
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Kernels of the blocked NCHWc layout (see `ferrolite_core::ops::layout`): the reorders,
+//! ordinary ([`conv`]) and depthwise ([`depthwise`]) convolutions; blocked pooling and
+//! BatchNormalization live with their plain kernels.
+
+mod conv;
+mod depthwise;
+#[cfg(test)]
+mod tests;
+
+use crate::fast::{f32_shape, input, output};
+use crate::sgemm::{activate, Isa};
+use ferrolite_core::ops::layout::{plain_shape, Nchwc, ReorderNchwc, BLOCK};
+use ferrolite_core::ops::linalg::conv::Conv;
+use ferrolite_core::ops::nn::activation::Activation;
+use ferrolite_core::ops::nn::norm::BatchNorm;
+use ferrolite_core::ops::nn::pool::{GlobalPool, Pool};
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::{OpResult, Tensor};
+
+const B: usize = BLOCK;
+
+/// `ToNchwc` / `FromNchwc` on `[N, C, H, W]` (plain) tensors.
+#[derive(Debug)]
+pub(crate) struct ReorderKernel {
+    isa: Isa,
+    to_blocked: bool,
+    x: Vec<usize>,
+    /// Spatial size per channel.
+    hw: usize,
+}
+
+impl ReorderKernel {
+    /// `plain` is the 4-D plain shape; `x` the input's shape.
+    pub(crate) fn new(isa: Isa, op: &ReorderNchwc, x: &[usize], plain: &[usize]) -> Option<Self> {
+        let [_, c, h, w] = *plain else { return None };
+        (c % B == 0).then(|| ReorderKernel {
+            isa,
+            to_blocked: op.to_blocked,
+            x: x.to_vec(),
+            hw: h * w,
+        })
+    }
+}
+
+impl Kernel for ReorderKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let y = output(outputs, 0, x.len())?;
+        let (hw, to_blocked, isa) = (self.hw, self.to_blocked, self.isa);
+        // One block of eight channels is a [8, hw] matrix in the plain layout and its
+        // transpose [hw, 8] in the blocked one.
+        let block = B * hw;
+        crate::fast::for_chunks(y, block.max(1), 2, |s, out| {
+            for (i, dst) in out.chunks_exact_mut(block.max(1)).enumerate() {
+                let src = &x[s + i * block..s + (i + 1) * block];
+                reorder_block(isa, to_blocked, src, dst, hw);
+            }
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        if self.to_blocked {
+            "cpu.to_nchwc"
+        } else {
+            "cpu.from_nchwc"
+        }
+    }
+}
+
+/// One block of eight channels: plain `[8, hw]` to blocked `[hw, 8]` (its transpose) or back.
+fn reorder_block(isa: Isa, to_blocked: bool, src: &[f32], dst: &mut [f32], hw: usize) {
+    assert!(src.len() == B * hw && dst.len() == B * hw);
+    // Whole runs of eight pixels in registers where the CPU has AVX2, the rest here.
+    let done = match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (the Isa was detected); both slices hold 8 x hw values
+        // (asserted).
+        Isa::Avx2Fma => unsafe { avx2::reorder_block(to_blocked, src, dst, hw) },
+        _ => 0,
+    };
+    for p in done..hw {
+        for j in 0..B {
+            if to_blocked {
+                dst[p * B + j] = src[j * hw + p];
+            } else {
+                dst[j * hw + p] = src[p * B + j];
+            }
+        }
+    }
+}
+
+/// Relu and Clip as bounds the tiles clamp to in registers (others run after the rows).
+fn clamp_of(act: Option<Activation>) -> Option<(f32, f32)> {
+    match act {
+        Some(Activation::Relu) => Some((0.0, f32::INFINITY)),
+        Some(Activation::Clip { min, max }) => Some((min, max)),
+        _ => None,
+    }
+}
+
+/// [`activate`], compiled for AVX2 where the CPU has it.
+fn activate_row(isa: Isa, act: Option<Activation>, row: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX2 (the Isa was detected), the only requirement of the
+        // target_feature function, whose body is safe code.
+        Isa::Avx2Fma => unsafe { avx2::activate(act, row) },
+        _ => activate(act, row),
+    }
+}
+
+/// The output pointer shared by a kernel's row tasks, each writing its own rows.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: the tasks write disjoint rows of the output (see the kernels' `rows`).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::B;
+    use std::arch::x86_64::*;
+
+    /// [`super::reorder_block`] for whole runs of eight pixels, as 8 x 8 transposes in
+    /// registers; returns how many pixels it did.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2; `src` and `dst` must hold `8 * hw` values.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn reorder_block(
+        to_blocked: bool,
+        src: &[f32],
+        dst: &mut [f32],
+        hw: usize,
+    ) -> usize {
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut p = 0;
+        while p + B <= hw {
+            // Plain: row j at j * hw + p; blocked: pixel p + i at (p + i) * 8.
+            let (load, store) = if to_blocked {
+                ((hw, 1), (B, B))
+            } else {
+                ((B, B), (hw, 1))
+            };
+            let mut r = [_mm256_setzero_ps(); B];
+            for (i, v) in r.iter_mut().enumerate() {
+                // SAFETY: inside `src` (the caller's contract; p + 8 <= hw).
+                *v = unsafe { _mm256_loadu_ps(s.add(i * load.0 + p * load.1)) };
+            }
+            let t = transpose8(r);
+            for (i, v) in t.iter().enumerate() {
+                // SAFETY: inside `dst`, as above.
+                unsafe { _mm256_storeu_ps(d.add(i * store.0 + p * store.1), *v) };
+            }
+            p += B;
+        }
+        p
+    }
+
+    /// The transpose of the 8 x 8 matrix whose rows are `r`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+        // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves.
+        let a = [
+            _mm256_unpacklo_ps(r[0], r[1]),
+            _mm256_unpackhi_ps(r[0], r[1]),
+            _mm256_unpacklo_ps(r[2], r[3]),
+            _mm256_unpackhi_ps(r[2], r[3]),
+            _mm256_unpacklo_ps(r[4], r[5]),
+            _mm256_unpackhi_ps(r[4], r[5]),
+            _mm256_unpacklo_ps(r[6], r[7]),
+            _mm256_unpackhi_ps(r[6], r[7]),
+        ];
+        let b = [
+            _mm256_shuffle_ps::<0x44>(a[0], a[2]),
+            _mm256_shuffle_ps::<0xEE>(a[0], a[2]),
+            _mm256_shuffle_ps::<0x44>(a[1], a[3]),
+            _mm256_shuffle_ps::<0xEE>(a[1], a[3]),
+            _mm256_shuffle_ps::<0x44>(a[4], a[6]),
+            _mm256_shuffle_ps::<0xEE>(a[4], a[6]),
+            _mm256_shuffle_ps::<0x44>(a[5], a[7]),
+            _mm256_shuffle_ps::<0xEE>(a[5], a[7]),
+        ];
+        [
+            _mm256_permute2f128_ps::<0x20>(b[0], b[4]),
+            _mm256_permute2f128_ps::<0x20>(b[1], b[5]),
+            _mm256_permute2f128_ps::<0x20>(b[2], b[6]),
+            _mm256_permute2f128_ps::<0x20>(b[3], b[7]),
+            _mm256_permute2f128_ps::<0x31>(b[0], b[4]),
+            _mm256_permute2f128_ps::<0x31>(b[1], b[5]),
+            _mm256_permute2f128_ps::<0x31>(b[2], b[6]),
+            _mm256_permute2f128_ps::<0x31>(b[3], b[7]),
+        ]
+    }
+
+    /// [`super::activate`] compiled for AVX2.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn activate(act: Option<super::Activation>, row: &mut [f32]) {
+        super::activate(act, row)
+    }
+}
+
+/// The blocked kernels: reorders, and convolutions and pooling wrapped in `Nchwc`.
+pub(crate) fn pick(isa: Isa, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    let op = req.node.op.as_any();
+    let x = f32_shape(req, 0)?;
+    if let Some(r) = op.downcast_ref::<ReorderNchwc>() {
+        let plain = if r.to_blocked {
+            x.to_vec()
+        } else {
+            plain_shape(x).ok()?
+        };
+        return Some(Box::new(ReorderKernel::new(isa, r, x, &plain)?));
+    }
+    let blocked = op.downcast_ref::<Nchwc>()?;
+    let inner = blocked.inner.as_any();
+    if let Some(c) = inner.downcast_ref::<Conv>() {
+        let x_plain = if blocked.blocked_input {
+            plain_shape(x).ok()?
+        } else {
+            x.to_vec()
+        };
+        let s = c.shapes(&x_plain, f32_shape(req, 1)?).ok()?;
+        let constant = |i: usize| req.inputs.get(i)?.as_ref()?.value?.as_slice::<f32>().ok();
+        let bias = match req.inputs.get(2) {
+            Some(Some(_)) => Some(constant(2).filter(|b| b.len() == s.out_channels)?),
+            _ => None,
+        };
+        let w = constant(1)?;
+        if s.group > 1 {
+            let k = depthwise::DepthwiseKernel::new(isa, s, c.activation, x, w, bias);
+            return Some(Box::new(k?));
+        }
+        let k = conv::ConvKernel::new(isa, s, blocked.blocked_input, c.activation, x, w, bias);
+        return Some(Box::new(k?));
+    }
+    if let Some(p) = inner.downcast_ref::<Pool>() {
+        return Some(Box::new(crate::pool::BlockedPoolKernel::new(p, x)?));
+    }
+    if let Some(p) = inner.downcast_ref::<GlobalPool>() {
+        return Some(Box::new(crate::pool::BlockedGlobalPoolKernel::new(p, x)?));
+    }
+    if let Some(b) = inner.downcast_ref::<BatchNorm>() {
+        let c = plain_shape(x).ok()?[1];
+        if (1..5).any(|i| f32_shape(req, i) != Some(&[c][..])) {
+            return None;
+        }
+        return Some(Box::new(crate::norm::BatchNormKernel::blocked(b, x)?));
+    }
+    None
+}
