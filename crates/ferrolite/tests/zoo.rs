@@ -127,6 +127,76 @@ fn wrong_inputs_are_typed_errors() {
 
 /// Every fusion pass on zoo cases that contain its pattern: with the pass, the optimised graph
 /// is smaller, and the outputs equal those of the session with the pass disabled.
+/// A case's first input set, by name, and the input shapes.
+fn case_inputs(case: &Path) -> (Vec<(String, Tensor)>, Vec<Vec<usize>>) {
+    let inputs = load_set(&case.join("test_data_set_0"), "input");
+    let shapes = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
+    (inputs, shapes)
+}
+
+/// Checks two runs' outputs agree within 1e-4 (absolute plus relative); prints the worst
+/// difference of each, labelled `what`.
+fn assert_same_outputs(what: &str, a: &[(String, Tensor)], b: &[(String, Tensor)]) {
+    assert_eq!(a.len(), b.len());
+    for ((n, x), (_, y)) in a.iter().zip(b) {
+        assert_eq!(x.shape(), y.shape());
+        let mut worst = 0.0f64;
+        for (u, v) in x.to_f64_vec().iter().zip(y.to_f64_vec()) {
+            let d = (u - v).abs();
+            assert!(
+                d <= 1e-4 + 1e-4 * v.abs(),
+                "{what}: output {n} differs: {u} vs {v}"
+            );
+            worst = worst.max(d);
+        }
+        eprintln!("{what}: {n} max abs diff {worst:.2e}");
+    }
+}
+
+/// The blocked layout keeps every CNN's outputs, and blocks most of its convolutions (all
+/// but resnet18, whose wide 3x3 convolutions stay plain for Winograd).
+#[test]
+fn blocked_layout_keeps_zoo_outputs() {
+    let Some(dir) = models_dir() else { return };
+    for name in [
+        "squeezenet1_1",
+        "mobilenet_v2",
+        "mobilenet_v3_small",
+        "shufflenet_v2_x1_0",
+        "ppocrv4_det",
+        "resnet18",
+    ] {
+        let case = dir.join("cases").join(name);
+        let (inputs, shapes) = case_inputs(&case);
+        let named: Vec<(&str, Tensor)> = inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.clone()))
+            .collect();
+        let mut results = Vec::new();
+        let mut blocked = Vec::new();
+        for disabled in [vec![], vec!["layout-nchwc".to_string()]] {
+            let options = SessionOptions {
+                threads: 2,
+                disabled_passes: disabled,
+                ..Default::default()
+            };
+            let session = Session::from_path(case.join("model.onnx"), options).unwrap();
+            let plan = session.prerun(&shapes).unwrap();
+            let ops = plan.graph.nodes.iter().map(|n| n.op.name());
+            blocked.push(ops.filter(|op| op.starts_with("Nchwc")).count());
+            results.push(session.run(&named).unwrap().into_vec());
+        }
+        assert_eq!(blocked[1], 0);
+        assert_eq!(
+            blocked[0] > 0,
+            name != "resnet18",
+            "{name}: {} blocked nodes",
+            blocked[0]
+        );
+        assert_same_outputs(&format!("layout-nchwc on {name}"), &results[0], &results[1]);
+    }
+}
+
 #[test]
 fn fusion_passes_keep_zoo_outputs() {
     let Some(dir) = models_dir() else { return };
@@ -148,20 +218,20 @@ fn fusion_passes_keep_zoo_outputs() {
     ];
     for (pass, name) in cases {
         let case = dir.join("cases").join(name);
-        let inputs = load_set(&case.join("test_data_set_0"), "input");
+        let (inputs, shapes) = case_inputs(&case);
         let named: Vec<(&str, Tensor)> = inputs
             .iter()
             .map(|(n, t)| (n.as_str(), t.clone()))
             .collect();
-        let shapes: Vec<Vec<usize>> = inputs.iter().map(|(_, t)| t.shape().to_vec()).collect();
         let mut results = Vec::new();
         let mut sizes = Vec::new();
         // fuse-scale-shift would otherwise absorb the zero Add that remove-neutral drops (bert's
-        // attention mask after its scale), leaving the node count unchanged either way.
+        // attention mask after its scale), leaving the node count unchanged either way. The
+        // blocked layout adds reorders, which would blur the node counts.
         let also: &[&str] = if pass == "remove-neutral" {
-            &["fuse-scale-shift"]
+            &["fuse-scale-shift", "layout-nchwc"]
         } else {
-            &[]
+            &["layout-nchwc"]
         };
         let base: Vec<String> = also.iter().map(|p| p.to_string()).collect();
         let with_pass = base.clone();
@@ -183,18 +253,6 @@ fn fusion_passes_keep_zoo_outputs() {
             sizes[0],
             sizes[1]
         );
-        for ((n, fused), (_, plain)) in results[0].iter().zip(&results[1]) {
-            assert_eq!(fused.shape(), plain.shape());
-            let mut worst = 0.0f64;
-            for (x, y) in fused.to_f64_vec().iter().zip(plain.to_f64_vec()) {
-                let d = (x - y).abs();
-                assert!(
-                    d <= 1e-4 + 1e-4 * y.abs(),
-                    "{pass} on {name}: output {n} differs: {x} vs {y}"
-                );
-                worst = worst.max(d);
-            }
-            eprintln!("{pass} on {name}: {n} max abs diff {worst:.2e}");
-        }
+        assert_same_outputs(&format!("{pass} on {name}"), &results[0], &results[1]);
     }
 }

@@ -14,6 +14,7 @@ mod fuse_hard_swish;
 mod fuse_layer_norm;
 mod fuse_matmul_add;
 mod fuse_scale_shift;
+mod layout_nchwc;
 mod remove_neutral;
 mod rewrite;
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use fuse_hard_swish::FuseHardSwish;
 pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
 pub use fuse_scale_shift::FuseScaleShift;
+pub use layout_nchwc::LayoutNchwc;
 pub use remove_neutral::RemoveNeutral;
 
 use crate::infer::infer_graph;
@@ -134,6 +136,8 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
         // After the Conv fusions, which absorb a Mul/Add right after a Conv more cheaply.
         Box::new(FuseScaleShift),
         Box::new(FoldTranspose),
+        // Last: the fusions above match the plain ops.
+        Box::new(LayoutNchwc),
     ]
 }
 

@@ -6,8 +6,14 @@ use crate::plan::Plan;
 use crate::{Graph, Tensor, TensorInfo};
 
 /// Runs `g` on its one input `x` unoptimised and optimised; checks the optimised op list equals `ops`
-/// and the outputs agree within 1e-5 (relative). Returns the optimised graph.
+/// and the outputs agree within 1e-5 (relative). Returns the optimised graph. The blocked layout
+/// is left out, so the fusion tests see the fused plain ops.
 pub fn check_fusion(g: &Graph, x: &Tensor, ops: &[&str]) -> Graph {
+    check_passes(g, x, ops, &["layout-nchwc"])
+}
+
+/// [`check_fusion`] with every pass except `disabled`.
+pub fn check_passes(g: &Graph, x: &Tensor, ops: &[&str], disabled: &[&str]) -> Graph {
     let types = [TensorInfo::of(x)];
     let refs = [x];
     let all: Vec<String> = default_pipeline()
@@ -21,7 +27,8 @@ pub fn check_fusion(g: &Graph, x: &Tensor, ops: &[&str]) -> Graph {
         .run(&refs)
         .unwrap();
     let mut opt = g.clone();
-    let dynamic = optimize(&mut opt, &types, &default_pipeline(), &[]).unwrap();
+    let disabled: Vec<String> = disabled.iter().map(|d| d.to_string()).collect();
+    let dynamic = optimize(&mut opt, &types, &default_pipeline(), &disabled).unwrap();
     let names: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
     assert_eq!(names, ops, "optimised graph:\n{}", opt.to_text());
     let got = Plan::build(&opt, &dynamic, None)
