@@ -115,6 +115,8 @@ fn pow_f32(a: f32, b: f32) -> f32 {
 enum Src<'a> {
     V(&'a [f32]),
     S(f32),
+    /// A short vector repeated, starting at a phase.
+    P(&'a [f32], usize),
 }
 
 #[inline(always)]
@@ -136,6 +138,43 @@ fn run_with<F: Fn(f32, f32) -> f32>(f: F, a: Src, b: Src, o: &mut [f32]) {
             }
         }
         (Src::S(x), Src::S(y)) => o.fill(f(x, y)),
+        (Src::V(a), Src::P(p, phase)) => periodic(&f, a, p, phase, o),
+        (Src::P(p, phase), Src::V(b)) => periodic(|y, x| f(x, y), b, p, phase, o),
+        // Never built: a periodic operand always pairs with a vector.
+        (Src::P(..), _) | (_, Src::P(..)) => unreachable!("periodic operand without a vector"),
+    }
+}
+
+/// `o[i] = f(v[i], p[(phase + i) % p.len()])`: the period's values lined up with whole runs.
+#[inline(always)]
+fn periodic<F: Fn(f32, f32) -> f32>(f: F, v: &[f32], p: &[f32], phase: usize, o: &mut [f32]) {
+    let n = o.len().min(v.len());
+    let head = (p.len() - phase).min(n);
+    for ((o, &x), &y) in o[..head].iter_mut().zip(&v[..head]).zip(&p[phase..]) {
+        *o = f(x, y);
+    }
+    if let Ok(p8) = <&[f32; 8]>::try_from(p) {
+        // The blocked layout's period: fixed-size runs vectorise to one register.
+        let (o, v) = (&mut o[head..n], &v[head..n]);
+        let mut oc = o.chunks_exact_mut(8);
+        let mut vc = v.chunks_exact(8);
+        for (o, v) in (&mut oc).zip(&mut vc) {
+            for j in 0..8 {
+                o[j] = f(v[j], p8[j]);
+            }
+        }
+        for ((o, &x), &y) in oc.into_remainder().iter_mut().zip(vc.remainder()).zip(p8) {
+            *o = f(x, y);
+        }
+        return;
+    }
+    for (o, v) in o[head..n]
+        .chunks_mut(p.len())
+        .zip(v[head..n].chunks(p.len()))
+    {
+        for ((o, &x), &y) in o.iter_mut().zip(v).zip(p) {
+            *o = f(x, y);
+        }
     }
 }
 
@@ -214,11 +253,19 @@ pub(crate) struct BinaryKernel {
     dims: Vec<usize>,
     sa: Vec<usize>,
     sb: Vec<usize>,
-    /// Inner run length and whether each operand is a vector (1) or scalar (0) along it.
+    /// Inner run length and whether each operand is a vector (1), scalar (0) or a short vector
+    /// repeated along it (2, see `period`).
     inner: usize,
     ia: usize,
     ib: usize,
+    /// Length of the repeated vector: an operand broadcast over a dim followed by a short
+    /// full one (a blocked `[1, C/8, 1, 1, 8]` scale on `[1, C/8, H, W, 8]`) runs along the
+    /// two as one inner run instead of runs of 8.
+    period: usize,
 }
+
+/// Trailing dims at most this long merge with a broadcast dim before them (see `period`).
+const MAX_PERIOD: usize = 16;
 
 impl BinaryKernel {
     pub(crate) fn new(op: BinOp, a: &[usize], b: &[usize]) -> Option<BinaryKernel> {
@@ -257,10 +304,19 @@ impl BinaryKernel {
                 _ => groups.push((out[d], fa, fb, ta[d], tb[d])),
             }
         }
-        let (inner, ia, ib) = match groups.pop() {
+        let (mut inner, mut ia, mut ib) = match groups.pop() {
             Some((n, fa, fb, _, _)) => (n, fa as usize, fb as usize),
             None => (1, 1, 1),
         };
+        let mut period = 0;
+        if let Some(&(n, fa, fb, _, _)) = groups.last() {
+            if ia == 1 && ib == 1 && inner <= MAX_PERIOD && fa != fb {
+                groups.pop();
+                period = inner;
+                inner *= n;
+                (ia, ib) = if fa { (1, 2) } else { (2, 1) };
+            }
+        }
         let dims = groups.iter().map(|g| g.0).collect();
         let sa = groups.iter().map(|g| if g.1 { g.3 } else { 0 }).collect();
         let sb = groups.iter().map(|g| if g.2 { g.4 } else { 0 }).collect();
@@ -275,6 +331,7 @@ impl BinaryKernel {
             inner,
             ia,
             ib,
+            period,
         })
     }
 
@@ -296,11 +353,20 @@ impl BinaryKernel {
     }
 }
 
-fn src_of(v: &[f32], off: usize, vector: usize, len: usize) -> OpResult<Src<'_>> {
-    let s = if vector == 1 {
-        v.get(off..off + len).map(Src::V)
-    } else {
-        v.get(off).map(|&x| Src::S(x))
+/// Operand `v` from row offset `row` at column `c` of the inner run, `len` values: a vector,
+/// a scalar, or (`kind` 2) the repeated `period` values from phase `c % period`.
+fn src_of(
+    v: &[f32],
+    row: usize,
+    c: usize,
+    kind: usize,
+    len: usize,
+    period: usize,
+) -> OpResult<Src<'_>> {
+    let s = match kind {
+        1 => v.get(row + c..row + c + len).map(Src::V),
+        0 => v.get(row).map(|&x| Src::S(x)),
+        _ => v.get(row..row + period).map(|p| Src::P(p, c % period)),
     };
     s.ok_or_else(|| ferrolite_core::OpError("broadcast offset out of range".into()))
 }
@@ -325,7 +391,7 @@ impl Kernel for BinaryKernel {
                         let len = (inner - c).min(end - pos);
                         let (_, ob) = self.row_offsets(r);
                         let at = pos - start - off;
-                        match src_of(b, ob + c * self.ib, self.ib, len) {
+                        match src_of(b, ob, c, self.ib, len, self.period) {
                             Ok(sb) => run_row(
                                 self.op,
                                 Src::V(&src[at..at + len]),
@@ -350,8 +416,8 @@ impl Kernel for BinaryKernel {
                 let (r, c) = (pos / inner, pos % inner);
                 let len = (inner - c).min(end - pos);
                 let (oa, ob) = self.row_offsets(r);
-                let sa = src_of(a, oa + c * self.ia, self.ia, len)?;
-                let sb = src_of(b, ob + c * self.ib, self.ib, len)?;
+                let sa = src_of(a, oa, c, self.ia, len, self.period)?;
+                let sb = src_of(b, ob, c, self.ib, len, self.period)?;
                 run_row(self.op, sa, sb, &mut chunk[pos - start..pos - start + len]);
                 pos += len;
             }

@@ -133,6 +133,12 @@ const BROADCASTS: &[(&[usize], &[usize])] = &[
     (&[4, 160, 170], &[170]),
     (&[1, 1, 1], &[1]),
     (&[0, 3], &[3]),
+    // Blocked (NCHWc) per-channel operands: a repeated run of 8, on either side, split
+    // over threads at any offset.
+    (&[2, 3, 4, 5, 8], &[1, 3, 1, 1, 8]),
+    (&[1, 3, 1, 1, 8], &[2, 3, 4, 5, 8]),
+    (&[1, 3, 61, 67, 8], &[1, 3, 1, 1, 8]),
+    (&[3, 9, 5], &[3, 1, 5]),
 ];
 
 #[test]
