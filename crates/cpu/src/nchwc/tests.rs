@@ -137,6 +137,20 @@ fn blocked_depthwise_convs_match_reference() {
             }
         });
     }
+    // Planes too big to copy with their padding: read in place, border pixels clipped.
+    for (i, (k, s, d, pads)) in [
+        (3, 1, 1, [1, 1, 1, 1]),
+        (3, 2, 1, [1, 0, 1, 1]),
+        (5, 1, 2, [4, 3, 4, 4]),
+        (5, 2, 1, [2, 2, 1, 2]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = [1, 16, 61 + i, 70];
+        let act = ACTS[(i + 1) % ACTS.len()];
+        names.push(check_conv(&mut rng, x, 16, k, s, d, pads, true, act));
+    }
     assert!(names.len() > 20 && names.iter().all(|n| n == "cpu.nchwc.depthwise"));
 }
 
