@@ -627,6 +627,10 @@ pub(crate) fn activate(act: Option<Activation>, xs: &mut [f32]) {
         None => {}
         Some(Activation::Relu) => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
         Some(Activation::Clip { min, max }) => xs.iter_mut().for_each(|x| *x = x.max(min).min(max)),
+        // One arm per kind, so each loop is free of the match and vectorises.
+        Some(a @ Activation::HardSwish) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+        Some(a @ Activation::HardSigmoid { .. }) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+        Some(a @ Activation::LeakyRelu { .. }) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
         Some(a) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
     }
 }
