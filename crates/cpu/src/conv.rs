@@ -324,24 +324,6 @@ pub(crate) fn bias_input<'a>(
     }
 }
 
-/// Input channels from which a 3x3 stride-1 conv runs as Winograd rather than im2col. Its 16
-/// GEMMs have depth C: shallower ones spend more on storing and transforming products than
-/// they save in multiplies (squeezenet's 16..48-channel expand convs run faster as im2col).
-const WINOGRAD_MIN_IN_CHANNELS: usize = 64;
-
-/// Output positions (H x W) from which Winograd uses 4x4 output tiles rather than 2x2 (1.1-1.3x
-/// faster on resnet18's 56x56 to 14x14 convs). Below, each of its
-/// GEMMs covers too few tiles to fill the microkernel's panels (a 7x7 output has 4 tiles;
-/// there F(4x4) is 2x slower).
-const WINOGRAD_F4_MIN_OUTPUTS: usize = 12 * 12;
-
-/// Multiply-adds (output channels x input channels x tiles) from which each of Winograd's
-/// GEMMs is big enough to pay for its transforms and its transformed weights (2.25-4x the
-/// size of the plain ones). In resnet18 (256x256 channels on 16 tiles: 1M) it wins by
-/// 1.3x; on squeezenet's last 13x13 convs (256x64 on 16 tiles: 262K) im2col was 1.1-1.3x
-/// faster in the model.
-const WINOGRAD_MIN_GEMM_MACS: usize = 1 << 19;
-
 /// The best kernel for a Conv: depthwise direct, or im2col/pointwise GEMM. `None` when the
 /// shapes fall outside what these kernels handle.
 pub fn build(
@@ -357,23 +339,15 @@ pub fn build(
     {
         return Ok(Some(Box::new(k)));
     }
-    if s.in_channels >= WINOGRAD_MIN_IN_CHANNELS {
-        let outputs: usize = s.geometry.output.iter().product();
-        let tile = if outputs >= WINOGRAD_F4_MIN_OUTPUTS {
+    // 3x3 stride-1 convs big enough for it (the rule is `ConvShapes::winograd_tile`).
+    if let Some(t) = s.winograd_tile() {
+        let tile = if t == 4 {
             WinogradTile::F4
         } else {
             WinogradTile::F2
         };
-        let t = tile.outputs();
-        let tiles: usize = s.geometry.output.iter().map(|o| o.div_ceil(t)).product();
-        let macs = s
-            .out_channels
-            .saturating_mul(s.in_channels)
-            .saturating_mul(tiles);
-        if macs >= WINOGRAD_MIN_GEMM_MACS {
-            if let Some(k) = WinogradKernel::new(gemm, tile, &s, activation, x_shape, w_value)? {
-                return Ok(Some(Box::new(k)));
-            }
+        if let Some(k) = WinogradKernel::new(gemm, tile, &s, activation, x_shape, w_value)? {
+            return Ok(Some(Box::new(k)));
         }
     }
     Ok(

@@ -11,7 +11,8 @@
 //!   whole channels (scalar constants are fine, per-channel constants get a blocked copy), and
 //!   Concat over the channel axis of twins.
 //!
-//! Networks made mostly of wide 3x3 stride-1 convolutions stay plain (see [`winograd_share`]).
+//! Convolutions the CPU runs with Winograd (`ConvShapes::winograd_tile`) stay plain, and so
+//! does a network made mostly of them (see [`winograd_share`]).
 //!
 //! Any other reader of a value that only exists blocked gets a `FromNchwc` in front; a Conv
 //! that needs a blocked input that does not exist gets a `ToNchwc`. Graph outputs keep their
@@ -22,8 +23,8 @@ use super::Pass;
 use crate::ops::elementwise::binary::Binary;
 use crate::ops::elementwise::clip::Clip;
 use crate::ops::elementwise::unary::Unary;
-use crate::ops::layout::{blocked_shape, Nchwc, ReorderNchwc};
-use crate::ops::linalg::conv::Conv;
+use crate::ops::layout::{blocked_shape, Nchwc, ReorderNchwc, BLOCK};
+use crate::ops::linalg::conv::{Conv, ConvShapes};
 use crate::ops::nn::norm::BatchNorm;
 use crate::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use crate::ops::shape::concat::Concat;
@@ -39,9 +40,11 @@ fn blockable(g: &Graph, v: ValueId) -> Option<&TensorInfo> {
     (i.dtype == DType::F32 && blocked_shape(&i.shape).is_some()).then_some(i)
 }
 
-/// How a node runs blocked: `Some(true)` when its input 0 must be blocked, `Some(false)` for a
-/// Conv that reads its plain input; `None` when it stays as it is.
-fn conv_mode(g: &Graph, n: &Node, conv: &Conv) -> Option<bool> {
+/// A Conv the blocked kernels handle: 2-D f32 with constant weights (and bias), output channels
+/// a multiple of 8, group 1 or depthwise over blocks. Returns whether its input must be
+/// blocked (`false`: an ordinary Conv reading its plain input, channels not a multiple of 8)
+/// and its shapes.
+fn blockable_conv(g: &Graph, n: &Node, conv: &Conv) -> Option<(bool, ConvShapes)> {
     let (x, w) = (input(n, 0)?, input(n, 1)?);
     let xi = info(g, x)?;
     let wt = constant(g, w)?;
@@ -49,57 +52,45 @@ fn conv_mode(g: &Graph, n: &Node, conv: &Conv) -> Option<bool> {
     if xi.dtype != DType::F32 || xi.shape.len() != 4 || wt.dtype() != DType::F32 {
         return None;
     }
-    if n.inputs
-        .get(2)
-        .copied()
-        .flatten()
-        .is_some_and(|b| constant(g, b).is_none())
-    {
+    let bias = n.inputs.get(2).copied().flatten();
+    if bias.is_some_and(|b| constant(g, b).is_none()) {
         return None;
     }
-    let c = xi.shape[1];
-    if conv.group == 1 {
-        Some(c % crate::ops::layout::BLOCK == 0)
-    } else if conv.group == c && wt.shape()[0] == c && c % crate::ops::layout::BLOCK == 0 {
-        Some(true)
-    } else {
-        None
+    let s = conv.shapes(&xi.shape, wt.shape()).ok()?;
+    let c = s.in_channels;
+    let depthwise = conv.group == c && s.out_channels == c && c % BLOCK == 0;
+    match conv.group {
+        1 => Some((c % BLOCK == 0, s)),
+        _ if depthwise => Some((true, s)),
+        _ => None,
     }
 }
 
-/// The share of the blockable convolutions' work in wide 3x3 stride-1 convolutions (64 or more
-/// channels in and out). The CPU runs those with Winograd kernels, which beat the direct
-/// blocked kernel; a network made mostly of them (ResNet) stays plain, as blocking the rest
-/// would only add reorders around them.
+/// How a Conv runs blocked (see [`blockable_conv`]); `None` when it stays plain, which
+/// includes the convolutions the CPU runs with Winograd (faster than the direct blocked
+/// kernel).
+fn conv_mode(g: &Graph, n: &Node, conv: &Conv) -> Option<bool> {
+    let (blocked_input, s) = blockable_conv(g, n, conv)?;
+    s.winograd_tile().is_none().then_some(blocked_input)
+}
+
+/// The share of the blockable convolutions' work in Winograd convolutions. A network made
+/// mostly of them (ResNet) stays plain: blocking the rest would only add reorders around
+/// them.
 fn winograd_share(g: &Graph) -> f64 {
     let (mut all, mut wide) = (0u64, 0u64);
     for n in &g.nodes {
         let Some(conv) = n.op.as_any().downcast_ref::<Conv>() else {
             continue;
         };
-        let Some(_) = conv_mode(g, n, conv) else {
+        let Some((_, s)) = blockable_conv(g, n, conv) else {
             continue;
         };
-        let (Some(x), Some(w)) = (input(n, 0), input(n, 1)) else {
-            continue;
-        };
-        let (Some(xi), Some(wt)) = (info(g, x), constant(g, w)) else {
-            continue;
-        };
-        let Ok(s) = conv.shapes(&xi.shape, wt.shape()) else {
-            continue;
-        };
-        let geo = &s.geometry;
-        let work = (s.batch * s.out_channels * geo.output.iter().product::<usize>()) as u64
-            * (wt.shape()[1..].iter().product::<usize>()) as u64;
+        let per_output = s.in_channels / conv.group * s.geometry.kernel.iter().product::<usize>();
+        let outputs = s.batch * s.out_channels * s.geometry.output.iter().product::<usize>();
+        let work = outputs as u64 * per_output as u64;
         all += work;
-        let winograd = geo.kernel == [3, 3]
-            && geo.strides == [1, 1]
-            && geo.dilations == [1, 1]
-            && conv.group == 1
-            && s.in_channels >= 64
-            && s.out_channels >= 64;
-        if winograd {
+        if s.winograd_tile().is_some() {
             wide += work;
         }
     }
