@@ -305,8 +305,10 @@ impl Kernel for ConvKernel {
         } else {
             1
         };
+        // Unless the weights are the bigger stream (a wide 1x1 conv on a small plane): then
+        // each pair of blocks reads its weights once, over all rows.
         let input_bytes = 4 * padded_len;
-        if input_bytes > L2_BYTES {
+        if input_bytes > L2_BYTES && input_bytes > 4 * self.weights.len() {
             bands = bands.max(input_bytes / BAND_BYTES);
         }
         let bands = bands.clamp(1, oh.max(1));
@@ -470,11 +472,15 @@ mod avx2 {
             ($p:literal) => {
                 // SAFETY: the caller's contract.
                 unsafe {
-                    match (nb, t.layout.group_len == B && t.layout.channel_step == 1) {
-                        (2, true) => conv_tile::<$p, 2, true>(t, out, plane),
-                        (2, false) => conv_tile::<$p, 2, false>(t, out, plane),
-                        (_, true) => conv_tile::<$p, 1, true>(t, out, plane),
-                        (_, false) => conv_tile::<$p, 1, false>(t, out, plane),
+                    // Blocked inputs (8 channels a group) and RGB images (3) unroll the
+                    // channel loop.
+                    match (nb, t.layout.group_len) {
+                        (2, B) => conv_tile::<$p, 2, B>(t, out, plane),
+                        (2, 3) => conv_tile::<$p, 2, 3>(t, out, plane),
+                        (2, _) => conv_tile::<$p, 2, 0>(t, out, plane),
+                        (_, B) => conv_tile::<$p, 1, B>(t, out, plane),
+                        (_, 3) => conv_tile::<$p, 1, 3>(t, out, plane),
+                        (_, _) => conv_tile::<$p, 1, 0>(t, out, plane),
                     }
                 }
             };
@@ -490,35 +496,37 @@ mod avx2 {
         }
     }
 
-    /// `P` pixels of `NB` blocks; `BLOCKED` when the input is blocked (eight channels per
-    /// group, one float apart), so the channel loop is unrolled.
+    /// `P` pixels of `NB` blocks; `LEN` channels per group when known (8: a blocked input,
+    /// one float apart; 3: an RGB image's planes), so the channel loop is unrolled, or 0.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn conv_tile<const P: usize, const NB: usize, const BLOCKED: bool>(
+    unsafe fn conv_tile<const P: usize, const NB: usize, const LEN: usize>(
         t: &Tile,
         out: *mut f32,
         plane: usize,
     ) {
         let l = t.layout;
         let (x, w) = (t.x.as_ptr(), t.w.as_ptr());
-        let mut acc = [[_mm256_setzero_ps(); P]; NB];
-        for (b, a) in acc.iter_mut().enumerate() {
-            if t.accumulate {
-                for (p, v) in a.iter_mut().enumerate() {
-                    // SAFETY: `out` holds the tile (the caller's contract).
-                    *v = unsafe { _mm256_loadu_ps(out.add(b * plane + p * B)) };
-                }
-            } else {
-                // SAFETY: the bias holds NB blocks (Tile::fits).
-                a.fill(unsafe { _mm256_loadu_ps(t.bias.as_ptr().add(b * B)) });
+        // Pixel-major, like the GEMM microkernel's rows: each broadcast feeds both blocks.
+        let mut acc = [[_mm256_setzero_ps(); NB]; P];
+        for (p, a) in acc.iter_mut().enumerate() {
+            for (b, v) in a.iter_mut().enumerate() {
+                // SAFETY: `out` holds the tile (the caller's contract); the bias NB blocks
+                // (Tile::fits).
+                *v = unsafe {
+                    if t.accumulate {
+                        _mm256_loadu_ps(out.add(b * plane + p * B))
+                    } else {
+                        _mm256_loadu_ps(t.bias.as_ptr().add(b * B))
+                    }
+                };
             }
         }
-        let (len, step) = if BLOCKED {
-            (B, 1)
-        } else {
-            (l.group_len, l.channel_step)
+        let (len, step) = match LEN {
+            B => (B, 1),
+            0 => (l.group_len, l.channel_step),
+            n => (n, l.channel_step),
         };
-        let ntaps = t.taps.len();
-        let gs = l.group_stride();
+        let (ntaps, gs, px, wb) = (t.taps.len(), l.group_stride(), t.px_step, t.w_block);
         for grp in t.groups.clone() {
             for (ti, &off) in t.taps.iter().enumerate() {
                 // SAFETY (all reads below): inside `x` and `w` (Tile::fits).
@@ -526,26 +534,43 @@ mod avx2 {
                     let xp = x.add(grp * gs + off);
                     let wp = w.add((grp * ntaps + ti) * len * B);
                     for c in 0..len {
-                        let mut wv = [_mm256_setzero_ps(); NB];
-                        for (b, v) in wv.iter_mut().enumerate() {
-                            *v = _mm256_loadu_ps(wp.add(b * t.w_block + c * B));
-                        }
-                        // Pixel-major, so each broadcast feeds both blocks.
-                        #[allow(clippy::needless_range_loop)]
-                        for p in 0..P {
-                            let xv = _mm256_broadcast_ss(&*xp.add(c * step + p * t.px_step));
-                            for b in 0..NB {
-                                acc[b][p] = _mm256_fmadd_ps(wv[b], xv, acc[b][p]);
-                            }
-                        }
+                        channel::<P, NB>(&mut acc, xp.add(c * step), px, wp.add(c * B), wb);
                     }
                 }
             }
         }
-        for (b, a) in acc.iter().enumerate() {
-            for (p, v) in a.iter().enumerate() {
+        for (p, a) in acc.iter().enumerate() {
+            for (b, v) in a.iter().enumerate() {
                 // SAFETY: `out` holds the tile (the caller's contract).
                 unsafe { _mm256_storeu_ps(out.add(b * plane + p * B), clamp(t, *v)) };
+            }
+        }
+    }
+
+    /// One input channel's step: `acc[p][b] += x[p * px] * w[b * wb..][..8]`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; the reads must lie inside the input and weights.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn channel<const P: usize, const NB: usize>(
+        acc: &mut [[__m256; NB]; P],
+        x: *const f32,
+        px: usize,
+        w: *const f32,
+        wb: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut wv = [_mm256_setzero_ps(); NB];
+            for (b, v) in wv.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(w.add(b * wb));
+            }
+            for (p, row) in acc.iter_mut().enumerate() {
+                let xv = _mm256_broadcast_ss(&*x.add(p * px));
+                for (a, wv) in row.iter_mut().zip(&wv) {
+                    *a = _mm256_fmadd_ps(*wv, xv, *a);
+                }
             }
         }
     }
