@@ -1,7 +1,9 @@
 //! Depthwise 2-D convolution on blocked (NCHWc) tensors: every tap multiplies a pixel's eight
-//! channels by the tap's eight weights, one register each. The input is read in place: the
-//! taps of pixels whose window lies inside the image go without bounds tests, eight pixels at
-//! a time; the few pixels whose window crosses the border go one by one with them.
+//! channels by the tap's eight weights, one register each. Pixels whose window lies inside
+//! the image go without bounds tests, eight (then four, two) at a time; those whose window
+//! crosses the border go one by one, each kernel row's taps clipped to the image. A large
+//! plane is read in place (copying it with its padding would stream it through memory twice);
+//! a small padded one is first copied with its padding into L1, so all its pixels are inner.
 
 use super::{activate_row, SendPtr, B};
 use crate::fast::{input, output};
