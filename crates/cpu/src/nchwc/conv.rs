@@ -179,16 +179,7 @@ impl ConvKernel {
                     break;
                 }
                 let sp = &src[p * ih * iw * u..(p + 1) * ih * iw * u];
-                d[..pt * l.pw * u].fill(0.0);
-                for (y, row) in d[pt * l.pw * u..(pt + ih) * l.pw * u]
-                    .chunks_exact_mut(l.pw * u)
-                    .enumerate()
-                {
-                    row[..pl * u].fill(0.0);
-                    row[pl * u..(pl + iw) * u].copy_from_slice(&sp[y * iw * u..(y + 1) * iw * u]);
-                    row[(pl + iw) * u..].fill(0.0);
-                }
-                d[(pt + ih) * l.pw * u..].fill(0.0);
+                super::pad_plane(sp, d, [ih, iw], [pt, pl], l.pw, u);
             }
         });
     }

@@ -28,16 +28,12 @@ thread_local! {
 }
 
 /// One block's plane `src` (geometry `g`) with its zero padding, in `buf`.
-fn pad_plane<'a>(g: &ConvGeometry, src: &[f32], buf: &'a mut Vec<f32>) -> &'a [f32] {
+fn padded_plane<'a>(g: &ConvGeometry, src: &[f32], buf: &'a mut Vec<f32>) -> &'a [f32] {
     let (ih, iw, pt, pl) = (g.input[0], g.input[1], g.pad_begin[0], g.pad_begin[1]);
     let pw = iw + pl + g.pad_end[1];
     let ph = ih + pt + g.pad_end[0];
     let dst = crate::scratch::grown(buf, ph * pw * B);
-    dst.fill(0.0);
-    for (y, row) in src.chunks_exact(iw * B).enumerate().take(ih) {
-        let at = ((pt + y) * pw + pl) * B;
-        dst[at..at + iw * B].copy_from_slice(row);
-    }
+    super::pad_plane(src, dst, [ih, iw], [pt, pl], pw, B);
     dst
 }
 
@@ -373,7 +369,7 @@ impl Kernel for DepthwiseKernel {
             let xp = &x[item_block * plane..(item_block + 1) * plane];
             match &padded {
                 Some(pg) => crate::scratch::with_taken(&PADDED, |buf| {
-                    let copy = pad_plane(g, xp, buf);
+                    let copy = padded_plane(g, xp, buf);
                     self.rows(pg, copy, yp, item_block, rows);
                 }),
                 None => self.rows(g, xp, yp, item_block, rows),

@@ -90,6 +90,30 @@ fn reorder_block(isa: Isa, to_blocked: bool, src: &[f32], dst: &mut [f32], hw: u
     }
 }
 
+/// One plane `src` (`input` rows and columns, `unit` floats a pixel) into `dst` with zero
+/// padding: `pad_begin` rows and columns before it, the rest of `dst`'s `padded_width`-wide
+/// rows after.
+fn pad_plane(
+    src: &[f32],
+    dst: &mut [f32],
+    input: [usize; 2],
+    pad_begin: [usize; 2],
+    padded_width: usize,
+    unit: usize,
+) {
+    let ([ih, iw], [pt, pl], pw, u) = (input, pad_begin, padded_width, unit);
+    // Only the padding is zeroed: the copy writes the rest.
+    let (top, rest) = dst.split_at_mut(pt * pw * u);
+    top.fill(0.0);
+    let (rows, bottom) = rest.split_at_mut(ih * pw * u);
+    bottom.fill(0.0);
+    for (row, s) in rows.chunks_exact_mut(pw * u).zip(src.chunks_exact(iw * u)) {
+        row[..pl * u].fill(0.0);
+        row[pl * u..(pl + iw) * u].copy_from_slice(s);
+        row[(pl + iw) * u..].fill(0.0);
+    }
+}
+
 /// Relu and Clip as bounds the tiles clamp to in registers (others run after the rows).
 fn clamp_of(act: Option<Activation>) -> Option<(f32, f32)> {
     match act {
