@@ -37,6 +37,20 @@ fn padded_plane<'a>(g: &ConvGeometry, src: &[f32], buf: &'a mut Vec<f32>) -> &'a
     dst
 }
 
+/// The geometry of a padded copy of the input plane, when the plane is small and padded.
+fn padded_geometry(g: &ConvGeometry) -> Option<ConvGeometry> {
+    let padded: Vec<usize> = (0..2)
+        .map(|d| g.input[d] + g.pad_begin[d] + g.pad_end[d])
+        .collect();
+    let pads = g.pad_begin.iter().chain(&g.pad_end).any(|&p| p > 0);
+    (pads && padded[0] * padded[1] * B * 4 <= SMALL_PLANE_BYTES).then(|| ConvGeometry {
+        input: padded,
+        pad_begin: vec![0, 0],
+        pad_end: vec![0, 0],
+        ..g.clone()
+    })
+}
+
 /// Work per task: about this many output values.
 const TASK_VALUES: usize = 16 << 10;
 
@@ -49,6 +63,8 @@ pub(crate) struct DepthwiseKernel {
     bias: Vec<f32>,
     act: Option<Activation>,
     isa: Isa,
+    /// The geometry of a padded copy of a small padded plane (see `run`), `None` otherwise.
+    padded: Option<ConvGeometry>,
 }
 
 /// One output row's geometry: the kernel rows inside the image and the output columns whose
@@ -84,28 +100,15 @@ impl DepthwiseKernel {
             let (ch, t) = (i / kk, i % kk);
             weights[((ch / B) * kk + t) * B + ch % B] = v;
         }
+        let padded = padded_geometry(g);
         Some(DepthwiseKernel {
             x: x.to_vec(),
+            padded,
             s,
             weights,
             bias: bias.map_or_else(|| vec![0.0; c], |b| b.to_vec()),
             act,
             isa,
-        })
-    }
-
-    /// The geometry of a padded copy of the input plane, when the plane is small and padded.
-    fn padded_geometry(&self) -> Option<ConvGeometry> {
-        let g = &self.s.geometry;
-        let padded: Vec<usize> = (0..2)
-            .map(|d| g.input[d] + g.pad_begin[d] + g.pad_end[d])
-            .collect();
-        let pads = g.pad_begin.iter().chain(&g.pad_end).any(|&p| p > 0);
-        (pads && padded[0] * padded[1] * B * 4 <= SMALL_PLANE_BYTES).then(|| ConvGeometry {
-            input: padded,
-            pad_begin: vec![0, 0],
-            pad_end: vec![0, 0],
-            ..g.clone()
         })
     }
 
@@ -350,7 +353,7 @@ impl Kernel for DepthwiseKernel {
         let y = output(outputs, 0, self.s.batch * blocks * oh * ow * B)?;
         let plane = g.input[0] * g.input[1] * B;
         // Whole small planes per task (each pads its plane once), bands of big ones.
-        let rows_per = if self.padded_geometry().is_some() {
+        let rows_per = if self.padded.is_some() {
             oh.max(1)
         } else {
             (TASK_VALUES / (ow * B).max(1)).clamp(1, oh.max(1))
@@ -360,14 +363,13 @@ impl Kernel for DepthwiseKernel {
         let yp = SendPtr(y.as_mut_ptr());
         // A small plane is copied with its padding first (it stays in L1): every pixel is
         // then an inner one, in tiles, instead of the border ones going one by one.
-        let padded = self.padded_geometry();
         let task = |t: usize| {
             let (item_block, band) = (t / bands, t % bands);
             let r0 = band * rows_per;
             let rows = r0..(r0 + rows_per).min(oh);
             // Batch items follow each other like further blocks, in the input and output.
             let xp = &x[item_block * plane..(item_block + 1) * plane];
-            match &padded {
+            match &self.padded {
                 Some(pg) => crate::scratch::with_taken(&PADDED, |buf| {
                     let copy = padded_plane(g, xp, buf);
                     self.rows(pg, copy, yp, item_block, rows);
