@@ -16,14 +16,10 @@ use std::any::Any;
 pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
     if let Some(p) = op.downcast_ref::<Pool>() {
         let x = f32_shape(req, 0)?;
-        if p.with_indices || req.outputs.len() != 1 || x.len() != 4 {
+        if req.outputs.len() != 1 || x.len() != 4 {
             return None;
         }
-        let avg = match p.kind {
-            PoolKind::Max => false,
-            PoolKind::Average => true,
-            PoolKind::Lp => return None,
-        };
+        let avg = averages(p)?;
         let g = p.geometry(x).ok()?;
         let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).ok()?;
         return Some(Box::new(PoolKernel {
@@ -52,6 +48,16 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
         }));
     }
     None
+}
+
+/// Whether a pool the kernels handle (max or average, without indices) averages.
+fn averages(p: &Pool) -> Option<bool> {
+    match p.kind {
+        _ if p.with_indices => None,
+        PoolKind::Max => Some(false),
+        PoolKind::Average => Some(true),
+        PoolKind::Lp => None,
+    }
 }
 
 /// Per output index along one axis: the valid tap range and the window sizes to divide by.
@@ -482,14 +488,7 @@ impl BlockedPoolKernel {
     /// `x` is the blocked input shape.
     pub(crate) fn new(p: &Pool, x: &[usize]) -> Option<Self> {
         let plain = ferrolite_core::ops::layout::plain_shape(x).ok()?;
-        let avg = match p.kind {
-            PoolKind::Max => false,
-            PoolKind::Average => true,
-            PoolKind::Lp => return None,
-        };
-        if p.with_indices {
-            return None;
-        }
+        let avg = averages(p)?;
         let [gh, gw] = <[AxisGeometry; 2]>::try_from(p.geometry(&plain).ok()?).ok()?;
         Some(BlockedPoolKernel {
             x: x.to_vec(),
