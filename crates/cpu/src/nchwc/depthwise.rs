@@ -1,11 +1,13 @@
 //! Depthwise 2-D convolution on blocked (NCHWc) tensors: every tap multiplies a pixel's eight
 //! channels by the tap's eight weights, one register each. Pixels whose window lies inside
-//! the image go without bounds tests, eight (then four, two) at a time; those whose window
-//! crosses the border go one by one, each kernel row's taps clipped to the image. A large
-//! plane is read in place (copying it with its padding would stream it through memory twice);
-//! a small padded one is first copied with its padding into L1, so all its pixels are inner.
+//! the image go without bounds tests, eight (then four, two) at a time; 3x3 kernels, the
+//! common case, with their weights in registers and taps unrolled. A padded plane up to
+//! about L2's size goes band by band through a padded copy of the rows each band reads, so
+//! every pixel is such an inner one. A larger plane is read in place (a copy would stream it
+//! through memory twice): pixels whose window crosses the border go one by one, each kernel
+//! row's taps clipped to the image.
 
-use super::{activate_row, SendPtr, B};
+use super::{activate_row, clamp_of, SendPtr, B};
 use crate::fast::{input, output};
 use crate::sgemm::Isa;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
@@ -20,35 +22,78 @@ use std::ops::Range;
 #[cfg(target_arch = "x86_64")]
 const TILE: usize = 8;
 
-/// A padded input plane up to this size is copied with its padding (see `run`).
-const SMALL_PLANE_BYTES: usize = 32 << 10;
+/// A band's padded copy of its input rows is kept to about this size (so it stays in L1),
+/// and at least [`MIN_BAND_ROWS`] output rows (so rows read twice stay few).
+const BAND_BYTES: usize = 32 << 10;
+const MIN_BAND_ROWS: usize = 8;
+/// Padded planes up to this size are copied band by band (56 x 56 pixels: 1.1x faster than
+/// in place; 112 x 112: 1.1-1.15x slower).
+const COPIED_PLANE_BYTES: usize = 160 << 10;
 
 thread_local! {
     static PADDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// One block's plane `src` (geometry `g`) with its zero padding, in `buf`.
-fn padded_plane<'a>(g: &ConvGeometry, src: &[f32], buf: &'a mut Vec<f32>) -> &'a [f32] {
-    let (ih, iw, pt, pl) = (g.input[0], g.input[1], g.pad_begin[0], g.pad_begin[1]);
-    let pw = iw + pl + g.pad_end[1];
-    let ph = ih + pt + g.pad_end[0];
-    let dst = crate::scratch::grown(buf, ph * pw * B);
-    super::pad_plane(src, dst, [ih, iw], [pt, pl], pw, B);
-    dst
+/// Bands of output rows computed from a zero-padded copy of the input rows they read, so
+/// every pixel's window lies inside the copy: no pixel needs bounds tests.
+#[derive(Debug)]
+struct Bands {
+    /// Output rows per band (the last band may have fewer).
+    rows: usize,
+    /// The geometry of one band's copy: input rows of a full band, padded width, no pads.
+    geometry: ConvGeometry,
 }
 
-/// The geometry of a padded copy of the input plane, when the plane is small and padded.
-fn padded_geometry(g: &ConvGeometry) -> Option<ConvGeometry> {
-    let padded: Vec<usize> = (0..2)
-        .map(|d| g.input[d] + g.pad_begin[d] + g.pad_end[d])
-        .collect();
-    let pads = g.pad_begin.iter().chain(&g.pad_end).any(|&p| p > 0);
-    (pads && padded[0] * padded[1] * B * 4 <= SMALL_PLANE_BYTES).then(|| ConvGeometry {
-        input: padded,
-        pad_begin: vec![0, 0],
-        pad_end: vec![0, 0],
-        ..g.clone()
-    })
+impl Bands {
+    /// `None` when the convolution has no padding or a large plane: those are read in place
+    /// (copying a plane larger than L2 cost more than the bounds tests it saves).
+    fn new(g: &ConvGeometry) -> Option<Bands> {
+        let pw = g.input[1] + g.pad_begin[1] + g.pad_end[1];
+        let ph = g.input[0] + g.pad_begin[0] + g.pad_end[0];
+        let pads = g.pad_begin.iter().chain(&g.pad_end).any(|&p| p > 0);
+        if !pads || ph * pw * B * 4 > COPIED_PLANE_BYTES {
+            return None;
+        }
+        let (sh, reach) = (g.strides[0], (g.kernel[0] - 1) * g.dilations[0] + 1);
+        let input_rows = |r: usize| (r.max(1) - 1) * sh + reach;
+        let fit = (1..=g.output[0])
+            .take_while(|&r| input_rows(r) * pw * B * 4 <= BAND_BYTES)
+            .last()
+            .unwrap_or(1);
+        let rows = fit.max(MIN_BAND_ROWS).min(g.output[0]).max(1);
+        Some(Bands {
+            rows,
+            geometry: ConvGeometry {
+                input: vec![input_rows(rows), pw],
+                output: vec![rows, g.output[1]],
+                pad_begin: vec![0, 0],
+                pad_end: vec![0, 0],
+                ..g.clone()
+            },
+        })
+    }
+
+    /// Band `band`'s input rows of `src` (one plane, geometry `g`) with their padding, in
+    /// `buf`: rows of the padded image from the band's first output row's window on, zeros
+    /// past the image.
+    fn copy<'a>(
+        &self,
+        g: &ConvGeometry,
+        band: usize,
+        src: &[f32],
+        buf: &'a mut Vec<f32>,
+    ) -> &'a [f32] {
+        let (ih, iw, pt, pl) = (g.input[0], g.input[1], g.pad_begin[0], g.pad_begin[1]);
+        let [rows, pw] = [self.geometry.input[0], self.geometry.input[1]];
+        let first = band * self.rows * g.strides[0];
+        let dst = crate::scratch::grown(buf, rows * pw * B);
+        // Zero rows above the image, then image rows from `skip`, then zeros below.
+        let (top, skip) = (pt.saturating_sub(first).min(rows), first.saturating_sub(pt));
+        let n = ih.saturating_sub(skip).min(rows - top);
+        let src = &src[(skip * iw * B).min(src.len())..][..n * iw * B];
+        super::pad_plane(src, dst, [n, iw], [top, pl], pw, B);
+        dst
+    }
 }
 
 /// Work per task: about this many output values.
@@ -63,8 +108,8 @@ pub(crate) struct DepthwiseKernel {
     bias: Vec<f32>,
     act: Option<Activation>,
     isa: Isa,
-    /// The geometry of a padded copy of a small padded plane (see `run`), `None` otherwise.
-    padded: Option<ConvGeometry>,
+    /// How a padded input is copied band by band (see `run`); `None` without padding.
+    bands: Option<Bands>,
 }
 
 /// One output row's geometry: the kernel rows inside the image and the output columns whose
@@ -100,10 +145,10 @@ impl DepthwiseKernel {
             let (ch, t) = (i / kk, i % kk);
             weights[((ch / B) * kk + t) * B + ch % B] = v;
         }
-        let padded = padded_geometry(g);
+        let bands = Bands::new(g);
         Some(DepthwiseKernel {
             x: x.to_vec(),
-            padded,
+            bands,
             s,
             weights,
             bias: bias.map_or_else(|| vec![0.0; c], |b| b.to_vec()),
@@ -136,35 +181,41 @@ impl DepthwiseKernel {
         }
     }
 
-    /// Output rows `rows` of output plane `index` (batch item by channel block; the block
-    /// is `index % blocks`) from `plane`, the same plane of the input, whose geometry is `g`
-    /// (the convolution's, or that of a padded copy).
-    fn rows(&self, g: &ConvGeometry, plane: &[f32], y: SendPtr, index: usize, rows: Range<usize>) {
-        let (oh, ow) = (g.output[0], g.output[1]);
+    /// Output rows `rows` of channel block `cb` from `plane`, the same plane of the input,
+    /// whose geometry is `g` (the convolution's, or a band's padded copy); row `oy` of the
+    /// output goes to `out + oy * ow * 8`.
+    fn rows(&self, g: &ConvGeometry, plane: &[f32], out: SendPtr, cb: usize, rows: Range<usize>) {
+        let ow = g.output[1];
         let kk = g.kernel[0] * g.kernel[1];
-        let cb = index % (self.s.out_channels / B);
         let w = &self.weights[cb * kk * B..(cb + 1) * kk * B];
         let bias: [f32; B] = self.bias[cb * B..(cb + 1) * B]
             .try_into()
             .expect("8 values");
+        let clamp = clamp_of(self.act);
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Avx2Fma && unpadded_3x3(g) && (clamp.is_some() || self.act.is_none()) {
+            // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `plane_3x3` checks
+            // the sizes its taps rely on; this call owns the rows (as below).
+            unsafe { plane_3x3(g, plane, w, &bias, rows, clamp, out.0) };
+            return;
+        }
         for oy in rows {
             // SAFETY: the callers split work by block and row, so this call owns the row.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(y.0.add((index * oh + oy) * ow * B), ow * B)
-            };
+            let out = unsafe { std::slice::from_raw_parts_mut(out.0.add(oy * ow * B), ow * B) };
             let plan = Self::row_plan(g, oy);
             match self.isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `row_avx2` checks
                 // the sizes its taps rely on.
-                Isa::Avx2Fma => unsafe { row_avx2(g, plane, w, &bias, oy, &plan, out) },
+                Isa::Avx2Fma => unsafe { row_avx2(g, plane, w, &bias, oy, &plan, clamp, out) },
                 _ => {
                     for (ox, o) in out.chunks_exact_mut(B).enumerate() {
                         o.copy_from_slice(&pixel(g, plane, w, &bias, oy, ox, &plan));
                     }
                 }
             }
-            if self.act.is_some() {
+            // The AVX2 rows clamp Relu and Clip in registers.
+            if self.act.is_some() && (clamp.is_none() || self.isa == Isa::Portable) {
                 activate_row(self.isa, self.act, out);
             }
         }
@@ -207,6 +258,7 @@ fn pixel(
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn row_avx2(
     g: &ConvGeometry,
     plane: &[f32],
@@ -214,6 +266,7 @@ unsafe fn row_avx2(
     bias: &[f32; B],
     oy: usize,
     plan: &RowPlan,
+    clamp: Option<(f32, f32)>,
     out: &mut [f32],
 ) {
     use std::arch::x86_64::*;
@@ -224,6 +277,8 @@ unsafe fn row_avx2(
     let (x, wp, o) = (plane.as_ptr(), w.as_ptr(), out.as_mut_ptr());
     // SAFETY: `bias` holds eight values.
     let bv = unsafe { _mm256_loadu_ps(bias.as_ptr()) };
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let bounds = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
     // Kernel row kh's first input value (a row of the image).
     let row = |kh: usize| (oy * g.strides[0] + kh * g.dilations[0] - g.pad_begin[0]) * iw;
     // One pixel: each kernel row's taps inside the image summed on their own (the rows'
@@ -250,6 +305,7 @@ unsafe fn row_avx2(
                 taps,
                 kw,
                 dw,
+                bounds,
                 o.add(ox * B),
             )
         };
@@ -262,6 +318,22 @@ unsafe fn row_avx2(
     let n = plan.inner.end - first;
     let x0 = first * sw - pl.min(first * sw);
     let mut i = 0;
+    if g.kernel == [3, 3] && dw == 1 && plan.kh.len() == 3 && n > 0 {
+        // The common 3x3 kernel: its weights in registers, taps unrolled.
+        // SAFETY: the weights hold 9 x 8 values (asserted); every tap of the n inner
+        // pixels lies inside the image and each pixel inside `out`.
+        unsafe {
+            let wv: [__m256; 9] = std::array::from_fn(|t| _mm256_loadu_ps(wp.add(t * B)));
+            let rows = [0, 1, 2].map(|kh| x.add((row(kh) + x0) * B));
+            let out = o.add(first * B);
+            match sw {
+                1 => inner_3x3::<1>(rows, &wv, bv, bounds, n, out),
+                2 => inner_3x3::<2>(rows, &wv, bv, bounds, n, out),
+                _ => inner_3x3_strided(rows, sw, &wv, bv, bounds, n, out),
+            }
+        }
+        return;
+    }
     macro_rules! pixels {
         ($p:literal) => {{
             let mut acc = [bv; $p];
@@ -279,8 +351,9 @@ unsafe fn row_avx2(
                 }
             }
             for (p, a) in acc.iter().enumerate() {
+                let a = _mm256_min_ps(_mm256_max_ps(*a, bounds.0), bounds.1);
                 // SAFETY: inner pixel first + i + p < ow lies inside `out`.
-                unsafe { _mm256_storeu_ps(o.add((first + i + p) * B), *a) };
+                unsafe { _mm256_storeu_ps(o.add((first + i + p) * B), a) };
             }
             i += $p;
         }};
@@ -321,6 +394,7 @@ unsafe fn pixel_avx2(
     ks: Range<usize>,
     kw: usize,
     dw: usize,
+    bounds: (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
     out: *mut f32,
 ) {
     use std::arch::x86_64::*;
@@ -340,8 +414,150 @@ unsafe fn pixel_avx2(
         }
         acc = _mm256_add_ps(acc, a);
     }
+    let acc = _mm256_min_ps(_mm256_max_ps(acc, bounds.0), bounds.1);
     // SAFETY: the caller's contract.
     unsafe { _mm256_storeu_ps(out, acc) };
+}
+
+/// Whether `g` is a 3x3 kernel without padding, dilation 1 across and stride 1 or 2 across:
+/// every window of every row lies inside the image ([`plane_3x3`]).
+#[cfg(target_arch = "x86_64")]
+fn unpadded_3x3(g: &ConvGeometry) -> bool {
+    g.kernel == [3, 3]
+        && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p == 0)
+        && g.dilations[1] == 1
+        && (g.strides[1] == 1 || g.strides[1] == 2)
+}
+
+/// Output rows `rows` of a plane ([`unpadded_3x3`] geometry `g`) from `out` (the plane's
+/// first value): weights loaded once, each row's pixels in tiles, clamped to `clamp`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `out` must hold the plane's output and no one else
+/// write these rows meanwhile.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn plane_3x3(
+    g: &ConvGeometry,
+    plane: &[f32],
+    w: &[f32],
+    bias: &[f32; B],
+    rows: Range<usize>,
+    clamp: Option<(f32, f32)>,
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let (ih, iw, ow) = (g.input[0], g.input[1], g.output[1]);
+    let (sh, dh) = (g.strides[0], g.dilations[0]);
+    assert!(unpadded_3x3(g) && plane.len() >= ih * iw * B && w.len() >= 9 * B);
+    assert!(rows.end <= g.output[0] && (rows.end == 0 || (rows.end - 1) * sh + 2 * dh < ih));
+    assert!(ow == 0 || (ow - 1) * g.strides[1] + 2 < iw);
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let bounds = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    // SAFETY: the weights hold 9 x 8 values and the bias 8 (asserted); output rows below
+    // g.output[0] and their windows lie inside the plane (asserted), `out` as the caller
+    // vouches.
+    unsafe {
+        let wv: [__m256; 9] = std::array::from_fn(|t| _mm256_loadu_ps(w.as_ptr().add(t * B)));
+        let bv = _mm256_loadu_ps(bias.as_ptr());
+        let x = plane.as_ptr();
+        for oy in rows {
+            let rows = [0, 1, 2].map(|kh| x.add((oy * sh + kh * dh) * iw * B));
+            let o = out.add(oy * ow * B);
+            match g.strides[1] {
+                1 => inner_3x3::<1>(rows, &wv, bv, bounds, ow, o),
+                _ => inner_3x3::<2>(rows, &wv, bv, bounds, ow, o),
+            }
+        }
+    }
+}
+
+/// `n` output pixels of a 3x3 kernel (dilation 1 across, stride `S`) whose windows lie
+/// inside the image: pixel `p`'s kernel row `kh` starts at `rows[kh] + p * S * 8`. Weights
+/// `w` (`[3][3]` taps of eight channels), clamped to `bounds` and stored from `out`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; the taps must lie inside the plane and `out` hold
+/// `n * 8` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn inner_3x3<const S: usize>(
+    rows: [*const f32; 3],
+    w: &[std::arch::x86_64::__m256; 9],
+    bias: std::arch::x86_64::__m256,
+    bounds: (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+    n: usize,
+    out: *mut f32,
+) {
+    let mut i = 0;
+    // SAFETY (all calls): pixels i.. of the n the caller vouches for.
+    unsafe {
+        while i + 4 <= n {
+            tile_3x3::<S, 4>(rows, i * S * B, w, bias, bounds, out.add(i * B));
+            i += 4;
+        }
+        match n - i {
+            3 => tile_3x3::<S, 3>(rows, i * S * B, w, bias, bounds, out.add(i * B)),
+            2 => tile_3x3::<S, 2>(rows, i * S * B, w, bias, bounds, out.add(i * B)),
+            1 => tile_3x3::<S, 1>(rows, i * S * B, w, bias, bounds, out.add(i * B)),
+            _ => {}
+        }
+    }
+}
+
+/// [`inner_3x3`] for strides other than 1 and 2, one pixel at a time.
+///
+/// # Safety
+/// As [`inner_3x3`] with stride `s`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn inner_3x3_strided(
+    rows: [*const f32; 3],
+    s: usize,
+    w: &[std::arch::x86_64::__m256; 9],
+    bias: std::arch::x86_64::__m256,
+    bounds: (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+    n: usize,
+    out: *mut f32,
+) {
+    for i in 0..n {
+        // SAFETY: pixel i of the n the caller vouches for.
+        unsafe { tile_3x3::<1, 1>(rows, i * s * B, w, bias, bounds, out.add(i * B)) };
+    }
+}
+
+/// `T` pixels of [`inner_3x3`], their kernel rows from `rows[kh] + at`.
+///
+/// # Safety
+/// As [`inner_3x3`] for these `T` pixels.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_3x3<const S: usize, const T: usize>(
+    rows: [*const f32; 3],
+    at: usize,
+    w: &[std::arch::x86_64::__m256; 9],
+    bias: std::arch::x86_64::__m256,
+    bounds: (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+    out: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [bias; T];
+    for (kh, r) in rows.iter().enumerate() {
+        for kw in 0..3 {
+            for (p, a) in acc.iter_mut().enumerate() {
+                // SAFETY: tap (kh, kw) of pixel p lies inside the plane (the caller's
+                // contract).
+                let xv = unsafe { _mm256_loadu_ps(r.add(at + (p * S + kw) * B)) };
+                *a = _mm256_fmadd_ps(xv, w[kh * 3 + kw], *a);
+            }
+        }
+    }
+    for (p, a) in acc.iter().enumerate() {
+        let a = _mm256_min_ps(_mm256_max_ps(*a, bounds.0), bounds.1);
+        // SAFETY: pixel p lies inside `out` (the caller's contract).
+        unsafe { _mm256_storeu_ps(out.add(p * B), a) };
+    }
 }
 
 impl Kernel for DepthwiseKernel {
@@ -352,29 +568,34 @@ impl Kernel for DepthwiseKernel {
         let blocks = self.s.out_channels / B;
         let y = output(outputs, 0, self.s.batch * blocks * oh * ow * B)?;
         let plane = g.input[0] * g.input[1] * B;
-        // Whole small planes per task (each pads its plane once), bands of big ones.
-        let rows_per = if self.padded.is_some() {
-            oh.max(1)
-        } else {
-            (TASK_VALUES / (ow * B).max(1)).clamp(1, oh.max(1))
+        // A padded input goes band by band through a padded copy of the rows each band
+        // reads (in L1): every pixel's window then lies inside it, and every pixel runs in
+        // tiles. An unpadded one is read in place, in bands of about TASK_VALUES outputs.
+        let rows_per = match &self.bands {
+            Some(b) => b.rows,
+            None => (TASK_VALUES / (ow * B).max(1)).clamp(1, oh.max(1)),
         };
         let bands = oh.div_ceil(rows_per);
         let tasks = self.s.batch * blocks * bands;
         let yp = SendPtr(y.as_mut_ptr());
-        // A small plane is copied with its padding first (it stays in L1): every pixel is
-        // then an inner one, in tiles, instead of the border ones going one by one.
         let task = |t: usize| {
             let (item_block, band) = (t / bands, t % bands);
             let r0 = band * rows_per;
             let rows = r0..(r0 + rows_per).min(oh);
             // Batch items follow each other like further blocks, in the input and output.
             let xp = &x[item_block * plane..(item_block + 1) * plane];
-            match &self.padded {
-                Some(pg) => crate::scratch::with_taken(&PADDED, |buf| {
-                    let copy = padded_plane(g, xp, buf);
-                    self.rows(pg, copy, yp, item_block, rows);
+            let cb = item_block % blocks;
+            // (The whole SendPtr is captured: it is Sync, its pointer field is not.)
+            let y = yp;
+            // SAFETY (pointer offsets): rows of this plane of the output, which holds
+            // batch * blocks planes of oh * ow pixels.
+            let out = |r: usize| SendPtr(unsafe { y.0.add((item_block * oh + r) * ow * B) });
+            match &self.bands {
+                Some(b) => crate::scratch::with_taken(&PADDED, |buf| {
+                    let copy = b.copy(g, band, xp, buf);
+                    self.rows(&b.geometry, copy, out(r0), cb, 0..rows.len());
                 }),
-                None => self.rows(g, xp, yp, item_block, rows),
+                None => self.rows(g, xp, out(0), cb, rows),
             }
         };
         if rayon::current_num_threads() > 1 && tasks > 1 {

@@ -137,17 +137,22 @@ fn blocked_depthwise_convs_match_reference() {
             }
         });
     }
-    // Planes too big to copy with their padding: read in place, border pixels clipped.
-    for (i, (k, s, d, pads)) in [
-        (3, 1, 1, [1, 1, 1, 1]),
-        (3, 2, 1, [1, 0, 1, 1]),
-        (5, 1, 2, [4, 3, 4, 4]),
-        (5, 2, 1, [2, 2, 1, 2]),
+    // Planes copied band by band (several bands, the last one short), then planes too big
+    // to copy: read in place, border pixels clipped.
+    for (i, (k, s, d, pads, hw)) in [
+        (3, 1, 1, [1, 1, 1, 1], [57, 50]),
+        (3, 2, 1, [1, 0, 1, 1], [61, 70]),
+        (5, 1, 2, [4, 3, 4, 4], [45, 52]),
+        (5, 2, 1, [2, 2, 1, 2], [62, 70]),
+        (3, 1, 1, [1, 1, 1, 1], [131, 170]),
+        (3, 2, 1, [1, 0, 1, 1], [140, 151]),
+        (5, 1, 2, [4, 3, 4, 4], [133, 160]),
+        (5, 2, 1, [2, 2, 1, 2], [130, 162]),
     ]
     .into_iter()
     .enumerate()
     {
-        let x = [1, 16, 61 + i, 70];
+        let x = [1, 16, hw[0], hw[1]];
         let act = ACTS[(i + 1) % ACTS.len()];
         names.push(check_conv(&mut rng, x, 16, k, s, d, pads, true, act));
     }
