@@ -196,6 +196,15 @@ fn pack_panel(
             d[..wn].copy_from_slice(&data[s..s + wn]);
             d[wn..].fill(0.0);
         }
+    } else if ks == 1 && wn == MR && w == MR {
+        // A full A panel from row-major rows: read the MR rows side by side so the panel is
+        // written in order (line by line it was written MR floats apart, 7% of BERT's run).
+        let rows: [&[f32]; MR] = std::array::from_fn(|t| &data[(w0 + t) * ws + k0..][..kc]);
+        for (p, d) in dst.chunks_exact_mut(MR).enumerate() {
+            for (d, r) in d.iter_mut().zip(&rows) {
+                *d = r[p];
+            }
+        }
     } else {
         if wn < w {
             dst.fill(0.0);
