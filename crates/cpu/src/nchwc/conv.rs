@@ -62,10 +62,9 @@ pub(crate) struct ConvKernel {
     layout: InputLayout,
     /// Tap offsets (in floats) from a window's first input value.
     taps: Vec<usize>,
-    /// Per pair of output blocks, the taps whose weights are not all zero, as (tap, offset):
-    /// the others are skipped (a merged 1x1 and 3x3 conv's 1x1 blocks have only the centre
-    /// one).
-    live_taps: Vec<Vec<(usize, usize)>>,
+    /// Per pair of output blocks, the taps whose weights are not all zero: the others are
+    /// skipped (a merged 1x1 and 3x3 conv's 1x1 blocks have only the centre one).
+    live_taps: Vec<Vec<usize>>,
     /// 1x1, stride 1, unpadded: output pixel p reads input pixel p, so the plane is one run
     /// of pixels, cut into rows of this width (tiles are not cut at the image's rows).
     flat_width: Option<usize>,
@@ -133,7 +132,7 @@ impl ConvKernel {
         }
         let live_taps = live
             .iter()
-            .map(|l| (0..kk).filter(|&t| l[t]).map(|t| (t, taps[t])).collect())
+            .map(|l| (0..kk).filter(|&t| l[t]).collect())
             .collect();
         let bias = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
         let flat = kh * kw == 1
@@ -372,8 +371,8 @@ struct Tile<'a> {
     /// Bounds every final value is clamped to (Relu, Clip).
     clamp: Option<(f32, f32)>,
     taps: &'a [usize],
-    /// The taps to run: index into `taps` (and the weights) and input offset.
-    live: &'a [(usize, usize)],
+    /// The taps to run (indices into `taps`).
+    live: &'a [usize],
     px_step: usize,
     /// The first block's weights and the distance to the next block's.
     w: &'a [f32],
@@ -417,8 +416,8 @@ unsafe fn portable(t: &Tile, n: usize, nb: usize, out: *mut f32, plane: usize) {
     }
     let ntaps = t.taps.len();
     for grp in t.groups.clone() {
-        for &(ti, off) in t.live {
-            let xg = grp * l.group_stride() + off;
+        for &ti in t.live {
+            let xg = grp * l.group_stride() + t.taps[ti];
             let wg = (grp * ntaps + ti) * l.group_len * B;
             for c in 0..l.group_len {
                 for (b, ab) in acc.iter_mut().enumerate().take(nb) {
@@ -539,7 +538,8 @@ mod avx2 {
         };
         let (ntaps, gs, px, wb) = (t.taps.len(), l.group_stride(), t.px_step, t.w_block);
         for grp in t.groups.clone() {
-            for &(ti, off) in t.live {
+            for &ti in t.live {
+                let off = t.taps[ti];
                 // SAFETY (all reads below): inside `x` and `w` (Tile::fits).
                 unsafe {
                     let xp = x.add(grp * gs + off);
