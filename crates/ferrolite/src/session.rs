@@ -6,8 +6,6 @@
 //! each other's data.
 
 use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Model};
-use ferrolite_core::ops::layout::Nchwc;
-use ferrolite_core::ops::linalg::conv::{live_tap_share, Conv};
 use ferrolite_core::passes::{default_pipeline, optimize, Pass};
 use ferrolite_core::plan::Plan;
 use ferrolite_core::tensor::checked_numel;
@@ -195,18 +193,7 @@ pub fn node_flops(graph: &Graph, n: &Node) -> u64 {
         .iter()
         .map(|o| graph.value(*o).info.clone())
         .collect();
-    let dense = outs.map(|o| n.op.flops(&ins, &o)).unwrap_or(0);
-    // Kernel taps with all-zero weights are not computed (see `live_tap_share`).
-    let op = n.op.as_any();
-    let conv = op.is::<Conv>()
-        || op
-            .downcast_ref::<Nchwc>()
-            .is_some_and(|b| b.inner.as_any().is::<Conv>());
-    let w = n.inputs.get(1).copied().flatten();
-    match w.and_then(|w| graph.value(w).constant.as_ref()) {
-        Some(w) if conv => (dense as f64 * live_tap_share(w).unwrap_or(1.0)).round() as u64,
-        _ => dense,
-    }
+    outs.map(|o| n.op.flops(&ins, &o)).unwrap_or(0)
 }
 
 /// What [`Session::run_profiled`] returns: the outputs, the time of each plan step, the plan.

@@ -15,7 +15,6 @@ mod fuse_layer_norm;
 mod fuse_matmul_add;
 mod fuse_scale_shift;
 mod layout_nchwc;
-mod merge_concat_convs;
 mod remove_neutral;
 mod rewrite;
 #[cfg(test)]
@@ -32,7 +31,6 @@ pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
 pub use fuse_scale_shift::FuseScaleShift;
 pub use layout_nchwc::LayoutNchwc;
-pub use merge_concat_convs::MergeConcatConvs;
 pub use remove_neutral::RemoveNeutral;
 
 use crate::infer::infer_graph;
@@ -140,7 +138,6 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
         Box::new(FoldTranspose),
         // Last: the fusions above match the plain ops.
         Box::new(LayoutNchwc),
-        Box::new(MergeConcatConvs),
     ]
 }
 

@@ -62,9 +62,6 @@ pub(crate) struct ConvKernel {
     layout: InputLayout,
     /// Tap offsets (in floats) from a window's first input value.
     taps: Vec<usize>,
-    /// Per pair of output blocks, the taps whose weights are not all zero: the others are
-    /// skipped (a merged 1x1 and 3x3 conv's 1x1 blocks have only the centre one).
-    live_taps: Vec<Vec<usize>>,
     /// 1x1, stride 1, unpadded: output pixel p reads input pixel p, so the plane is one run
     /// of pixels, cut into rows of this width (tiles are not cut at the image's rows).
     flat_width: Option<usize>,
@@ -124,16 +121,6 @@ impl ConvKernel {
             let (grp, j) = (c / group_len, c % group_len);
             weights[(((o / B * groups + grp) * kk + t) * group_len + j) * B + o % B] = v;
         }
-        let mut live = vec![vec![false; kk]; oc.div_ceil(2 * B)];
-        for (i, &v) in w.iter().enumerate() {
-            if v != 0.0 {
-                live[i / (ic * kk) / (2 * B)][i % kk] = true;
-            }
-        }
-        let live_taps = live
-            .iter()
-            .map(|l| (0..kk).filter(|&t| l[t]).collect())
-            .collect();
         let bias = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
         let flat = kh * kw == 1
             && g.strides == [1, 1]
@@ -144,7 +131,6 @@ impl ConvKernel {
             s,
             layout,
             taps,
-            live_taps,
             flat_width,
             weights,
             bias,
@@ -248,10 +234,9 @@ impl ConvKernel {
         let (sh, sw) = (g.strides[0], g.strides[1]);
         let plane = oh * ow * B;
         let wlen = self.weights.len() / (self.s.out_channels / B);
-        // Input channel groups in chunks whose weights (two blocks, the taps they run) stay in
-        // L1 over all the rows: later chunks add to the outputs of the first.
-        let live = &self.live_taps[ob / 2];
-        let per_group = live.len() * l.group_len;
+        // Input channel groups in chunks whose weights (two blocks) stay in L1 over all the
+        // rows: later chunks add to the outputs of the first.
+        let per_group = self.taps.len() * l.group_len;
         let chunk = (256 / per_group.max(1)).clamp(1, l.groups.max(1));
         let chunks = l.groups.div_ceil(chunk);
         let clamp = clamp_of(self.act);
@@ -276,7 +261,6 @@ impl ConvKernel {
                         accumulate: ci > 0,
                         clamp: clamp.filter(|_| ci + 1 == chunks),
                         taps: &self.taps,
-                        live,
                         px_step: sw * l.pixel,
                         w: &self.weights[ob * wlen..],
                         w_block: wlen,
@@ -371,8 +355,6 @@ struct Tile<'a> {
     /// Bounds every final value is clamped to (Relu, Clip).
     clamp: Option<(f32, f32)>,
     taps: &'a [usize],
-    /// The taps to run (indices into `taps`).
-    live: &'a [usize],
     px_step: usize,
     /// The first block's weights and the distance to the next block's.
     w: &'a [f32],
@@ -416,8 +398,8 @@ unsafe fn portable(t: &Tile, n: usize, nb: usize, out: *mut f32, plane: usize) {
     }
     let ntaps = t.taps.len();
     for grp in t.groups.clone() {
-        for &ti in t.live {
-            let xg = grp * l.group_stride() + t.taps[ti];
+        for (ti, &off) in t.taps.iter().enumerate() {
+            let xg = grp * l.group_stride() + off;
             let wg = (grp * ntaps + ti) * l.group_len * B;
             for c in 0..l.group_len {
                 for (b, ab) in acc.iter_mut().enumerate().take(nb) {
@@ -538,8 +520,7 @@ mod avx2 {
         };
         let (ntaps, gs, px, wb) = (t.taps.len(), l.group_stride(), t.px_step, t.w_block);
         for grp in t.groups.clone() {
-            for &ti in t.live {
-                let off = t.taps[ti];
+            for (ti, &off) in t.taps.iter().enumerate() {
                 // SAFETY (all reads below): inside `x` and `w` (Tile::fits).
                 unsafe {
                     let xp = x.add(grp * gs + off);

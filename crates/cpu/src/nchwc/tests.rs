@@ -116,49 +116,6 @@ fn blocked_convs_match_reference() {
 }
 
 #[test]
-fn blocked_convs_skip_zero_taps() {
-    // 40 output channels (two pairs of blocks and a single one) from 16 inputs, 3x3: the first
-    // pair has only the centre tap (a 1x1 conv merged into a 3x3 one), the second none at
-    // all, the last block only the corner taps; with 64 inputs the channels come in chunks.
-    let mut rng = Lcg(31);
-    for (c, act) in [(16, Some(Activation::Relu)), (64, None)] {
-        let (m, k) = (40, 3);
-        let mut w = rng
-            .tensor(&[m, c, k, k])
-            .as_slice::<f32>()
-            .unwrap()
-            .to_vec();
-        for (i, v) in w.iter_mut().enumerate() {
-            let (o, t) = (i / (c * k * k), i % (k * k));
-            let live = match o / 16 {
-                0 => t == 4,
-                1 => false,
-                _ => [0, 2, 6, 8].contains(&t),
-            };
-            if !live {
-                *v = 0.0;
-            }
-        }
-        let conv = Conv {
-            params: ConvParams {
-                pads: Some(vec![1, 1, 1, 1]),
-                ..ConvParams::default()
-            },
-            group: 1,
-            activation: act,
-        };
-        let op: Arc<dyn Op> = Arc::new(Nchwc {
-            inner: Arc::new(conv),
-            blocked_input: true,
-        });
-        let x = blocked(&rng.tensor(&[1, c, 9, 11]));
-        let w = Tensor::from_vec(&[m, c, k, k], w).unwrap();
-        let ins = vec![Some(x), Some(w), Some(rng.tensor(&[m]))];
-        assert_eq!(check(op, &ins, &[false, true, true]), "cpu.nchwc.conv");
-    }
-}
-
-#[test]
 fn blocked_depthwise_convs_match_reference() {
     let mut rng = Lcg(23);
     let mut names = Vec::new();

@@ -256,26 +256,6 @@ pub(crate) fn conv_flops(inputs: &[Option<TensorInfo>], outputs: &[TensorInfo], 
     }
 }
 
-/// The share of a convolution's (output channel, kernel tap) pairs whose weights are not all
-/// zero, for weights `[M, C/group, k...]`: the blocked kernel skips the others (a kernel that
-/// `merge-concat-convs` embedded in a larger one), so FLOP estimates count only these.
-pub fn live_tap_share(w: &Tensor) -> Option<f64> {
-    let shape = w.shape();
-    let (m, cg) = (*shape.first()?, *shape.get(1)?);
-    let taps: usize = shape.iter().skip(2).product();
-    let v = w.as_slice::<f32>().ok()?;
-    if m * cg * taps == 0 || v.len() != m * cg * taps {
-        return None;
-    }
-    let live = (0..m * taps)
-        .filter(|&i| {
-            let (o, t) = (i / taps, i % taps);
-            (0..cg).any(|c| v[(o * cg + c) * taps + t] != 0.0)
-        })
-        .count();
-    Some(live as f64 / (m * taps) as f64)
-}
-
 /// ONNX ConvInteger: 8-bit convolution with zero points, accumulating to i32.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvInteger {
