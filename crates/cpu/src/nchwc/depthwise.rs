@@ -108,7 +108,7 @@ pub(crate) struct DepthwiseKernel {
     bias: Vec<f32>,
     act: Option<Activation>,
     isa: Isa,
-    /// How a padded input is copied band by band (see `run`); `None` without padding.
+    /// How a padded input is copied band by band (see `run`); `None` when it is read in place.
     bands: Option<Bands>,
 }
 
