@@ -298,13 +298,22 @@ impl WinogradKernel {
     }
 
     /// Tile rows per block: enough tiles for efficient GEMMs ([`MIN_BLOCK_TILES`]), more
-    /// while a block's transformed inputs and products stay in L2.
-    fn rows_per_block(&self) -> usize {
-        let (_, tw) = self.tiles();
+    /// while a block's transformed inputs and products stay in L2. With `threads` workers
+    /// and at least as many blocks, their number is a multiple of `threads`, so the threads
+    /// finish together (resnet18's 56x56 convs made 3 blocks for 2 threads).
+    fn rows_per_block(&self, threads: usize) -> usize {
+        let (th, tw) = self.tiles();
         let a = self.tile.patch();
         let per_tile = a * a * (self.c + self.m) * 4;
         let target = (L2_BYTES / per_tile).max(MIN_BLOCK_TILES);
-        target.div_ceil(tw).max(1)
+        let min_rows = target.div_ceil(tw).max(1);
+        let most = (th / min_rows).max(1);
+        let blocks = if most >= threads.max(1) {
+            most - most % threads.max(1)
+        } else {
+            most
+        };
+        th.div_ceil(blocks).max(1)
     }
 
     /// The tiles `[lo, hi)` of a tile row whose A input columns (from `T * tx - pad_left`) all
@@ -712,7 +721,8 @@ impl Kernel for WinogradKernel {
             .as_mut_slice::<f32>()?;
         let (th, _) = self.tiles();
         let (oh, ow) = (self.oh, self.ow);
-        let rows = self.rows_per_block();
+        let threads = rayon::current_num_threads();
+        let rows = self.rows_per_block(threads);
         let blocks: Vec<(usize, usize)> = (0..th)
             .step_by(rows)
             .map(|a| (a, (a + rows).min(th)))
@@ -720,7 +730,6 @@ impl Kernel for WinogradKernel {
         // Blocks run in parallel when there are enough of them to go round; otherwise (small
         // images, e.g. 7x7 with one block) each block spreads its GEMMs and output transform.
         let big = self.m * self.c * oh * ow * 9 >= PARALLEL_MACS;
-        let threads = rayon::current_num_threads();
         let parallel = big && blocks.len() >= threads && blocks.len() > 1;
         let inner = big && !parallel && threads > 1;
         let in_image = self.c * self.h * self.w;
@@ -863,8 +872,10 @@ mod tests {
                 (2, 16, 32, 8, 5),
                 (1, 32, 16, 13, 12),
                 (1, 64, 64, 14, 14),
-                // Several blocks of tile rows, the last one partial, on several threads.
+                // Several blocks of tile rows, the last one partial, on several threads
+                // (F(2x2) in the first, F(4x4) in the second).
                 (1, 16, 16, 41, 37),
+                (1, 16, 16, 90, 37),
                 // One block of enough work to spread its GEMMs over the threads.
                 (1, 128, 64, 7, 7),
             ] {
