@@ -234,14 +234,7 @@ impl WinogradKernel {
         w_value: Option<&Tensor>,
     ) -> OpResult<Option<WinogradKernel>> {
         let g = &s.geometry;
-        let fits = g.input.len() == 2
-            && g.kernel == [3, 3]
-            && g.strides == [1, 1]
-            && g.dilations == [1, 1]
-            && s.group == 1
-            && s.in_channels >= 16
-            && s.out_channels >= 16
-            && g.output.iter().all(|&o| o >= 4);
+        let fits = s.winograd_shaped() && s.in_channels >= 16;
         let Some(w) = w_value.filter(|_| fits) else {
             return Ok(None);
         };

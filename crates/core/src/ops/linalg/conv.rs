@@ -63,6 +63,20 @@ impl ConvShapes {
         s
     }
 
+    /// Whether a Winograd kernel can compute this convolution at all: 2-D, 3x3, stride 1,
+    /// dilation 1, one group, at least 16 output channels and 4x4 outputs (whether it pays
+    /// is [`Self::winograd_tile`]'s question).
+    pub fn winograd_shaped(&self) -> bool {
+        let g = &self.geometry;
+        g.input.len() == 2
+            && g.kernel == [3, 3]
+            && g.strides == [1, 1]
+            && g.dilations == [1, 1]
+            && self.group == 1
+            && self.out_channels >= 16
+            && g.output.iter().all(|&o| o >= 4)
+    }
+
     /// The output tile side (4 or 2) of the Winograd F(t x t, 3x3) a CPU runs this
     /// convolution with, when it is a 2-D 3x3 stride-1 group-1 convolution big enough for
     /// Winograd to pay; `None` otherwise. One rule for the CPU's kernel choice and the
@@ -82,15 +96,7 @@ impl ConvShapes {
         // 13x13 convs (256x64 on 16 tiles: 262K) the plain GEMM was 1.1-1.3x faster.
         const MIN_GEMM_MACS: usize = 1 << 19;
         let g = &self.geometry;
-        let fits = g.input.len() == 2
-            && g.kernel == [3, 3]
-            && g.strides == [1, 1]
-            && g.dilations == [1, 1]
-            && self.group == 1
-            && self.in_channels >= MIN_IN_CHANNELS
-            && self.out_channels >= 16
-            && g.output.iter().all(|&o| o >= 4);
-        if !fits {
+        if !self.winograd_shaped() || self.in_channels < MIN_IN_CHANNELS {
             return None;
         }
         let outputs: usize = g.output.iter().product();
