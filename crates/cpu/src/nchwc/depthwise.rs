@@ -277,8 +277,7 @@ unsafe fn row_avx2(
     let (x, wp, o) = (plane.as_ptr(), w.as_ptr(), out.as_mut_ptr());
     // SAFETY: `bias` holds eight values.
     let bv = unsafe { _mm256_loadu_ps(bias.as_ptr()) };
-    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-    let bounds = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    let bounds = bounds(clamp);
     // Kernel row kh's first input value (a row of the image).
     let row = |kh: usize| (oy * g.strides[0] + kh * g.dilations[0] - g.pad_begin[0]) * iw;
     // One pixel: each kernel row's taps inside the image summed on their own (the rows'
@@ -325,12 +324,7 @@ unsafe fn row_avx2(
         unsafe {
             let wv: [__m256; 9] = std::array::from_fn(|t| _mm256_loadu_ps(wp.add(t * B)));
             let rows = [0, 1, 2].map(|kh| x.add((row(kh) + x0) * B));
-            let out = o.add(first * B);
-            match sw {
-                1 => inner_3x3::<1>(rows, &wv, bv, bounds, n, out),
-                2 => inner_3x3::<2>(rows, &wv, bv, bounds, n, out),
-                _ => inner_3x3_strided(rows, sw, &wv, bv, bounds, n, out),
-            }
+            pixels_3x3(rows, sw, &wv, bv, bounds, n, o.add(first * B));
         }
         return;
     }
@@ -452,8 +446,7 @@ unsafe fn plane_3x3(
     assert!(unpadded_3x3(g) && plane.len() >= ih * iw * B && w.len() >= 9 * B);
     assert!(rows.end <= g.output[0] && (rows.end == 0 || (rows.end - 1) * sh + 2 * dh < ih));
     assert!(ow == 0 || (ow - 1) * g.strides[1] + 2 < iw);
-    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-    let bounds = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+    let bounds = bounds(clamp);
     // SAFETY: the weights hold 9 x 8 values and the bias 8 (asserted); output rows below
     // g.output[0] and their windows lie inside the plane (asserted), `out` as the caller
     // vouches.
@@ -463,11 +456,15 @@ unsafe fn plane_3x3(
         let x = plane.as_ptr();
         for oy in rows {
             let rows = [0, 1, 2].map(|kh| x.add((oy * sh + kh * dh) * iw * B));
-            let o = out.add(oy * ow * B);
-            match g.strides[1] {
-                1 => inner_3x3::<1>(rows, &wv, bv, bounds, ow, o),
-                _ => inner_3x3::<2>(rows, &wv, bv, bounds, ow, o),
-            }
+            pixels_3x3(
+                rows,
+                g.strides[1],
+                &wv,
+                bv,
+                bounds,
+                ow,
+                out.add(oy * ow * B),
+            );
         }
     }
 }
@@ -505,13 +502,13 @@ unsafe fn inner_3x3<const S: usize>(
     }
 }
 
-/// [`inner_3x3`] for strides other than 1 and 2, one pixel at a time.
+/// [`inner_3x3`] at stride `s`: strides 1 and 2 in tiles, others one pixel at a time.
 ///
 /// # Safety
 /// As [`inner_3x3`] with stride `s`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn inner_3x3_strided(
+unsafe fn pixels_3x3(
     rows: [*const f32; 3],
     s: usize,
     w: &[std::arch::x86_64::__m256; 9],
@@ -520,10 +517,27 @@ unsafe fn inner_3x3_strided(
     n: usize,
     out: *mut f32,
 ) {
-    for i in 0..n {
-        // SAFETY: pixel i of the n the caller vouches for.
-        unsafe { tile_3x3::<1, 1>(rows, i * s * B, w, bias, bounds, out.add(i * B)) };
+    // SAFETY (all calls): the caller's contract.
+    unsafe {
+        match s {
+            1 => inner_3x3::<1>(rows, w, bias, bounds, n, out),
+            2 => inner_3x3::<2>(rows, w, bias, bounds, n, out),
+            _ => {
+                for i in 0..n {
+                    tile_3x3::<1, 1>(rows, i * s * B, w, bias, bounds, out.add(i * B));
+                }
+            }
+        }
     }
+}
+
+/// The bounds a tile clamps to: Relu's or Clip's, or none (infinities).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn bounds(clamp: Option<(f32, f32)>) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+    use std::arch::x86_64::_mm256_set1_ps;
+    let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    (_mm256_set1_ps(lo), _mm256_set1_ps(hi))
 }
 
 /// `T` pixels of [`inner_3x3`], their kernel rows from `rows[kh] + at`.
