@@ -1,7 +1,8 @@
-//! The `ferrolite` command-line tool: run, bench, check, info, dump.
+//! The `ferrolite` command-line tool: run, bench, check, info, dump, explain.
 
 mod bench;
 mod check;
+mod explain;
 mod inputs;
 mod report;
 mod stats;
@@ -50,16 +51,29 @@ struct EngineArgs {
     /// Let the OS move worker threads between CPUs (by default each is pinned to its own).
     #[arg(long)]
     no_pin: bool,
+    /// Where to run: cpu, gpu (subgraphs it supports; the CPU runs the rest), or the test
+    /// suite's fake device (fake, fake:ops=Conv+Relu, fake:fail=compile|run).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Subgraphs smaller than this many ops (counted by work) stay on the CPU.
+    #[arg(long, value_name = "N")]
+    min_subgraph_ops: Option<u64>,
 }
 
 impl EngineArgs {
-    fn options(&self) -> SessionOptions {
-        SessionOptions {
+    fn options(&self) -> ferrolite::Result<SessionOptions> {
+        let mut partition = ferrolite::PartitionOptions::default();
+        if let Some(n) = self.min_subgraph_ops {
+            partition.min_ops = n;
+        }
+        Ok(SessionOptions {
             threads: self.threads,
             disabled_passes: self.disable_pass.clone(),
             optimized_kernels: !self.reference,
             pin_threads: !self.no_pin,
-        }
+            device: self.device.parse()?,
+            partition,
+        })
     }
 }
 
@@ -179,6 +193,22 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Where every node runs on a device and why: placements, subgraphs with their sizes and
+    /// FLOP shares, and the host/device copies.
+    Explain {
+        model: PathBuf,
+        /// Paddle parameters: combined params file, or folder of per-variable files.
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
+        /// NAME=DIMS (symbolic dims default to 1).
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shape: Vec<String>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
     /// List the graph passes in the order they run.
     Passes,
 }
@@ -213,7 +243,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             output_dir.as_deref(),
             seed,
             repeat,
-            &engine.options(),
+            &engine.options()?,
         ),
         Command::Bench {
             model,
@@ -239,7 +269,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
                 json,
                 profile,
                 serve,
-                options: engine.options(),
+                options: engine.options()?,
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -259,7 +289,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             rtol,
             quiet,
             json.as_deref(),
-            &engine.options(),
+            &engine.options()?,
         ),
         Command::Info {
             model,
@@ -278,7 +308,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             shape,
             engine,
         } => {
-            let session = open_session(&model, params.as_deref(), engine.options())?;
+            let session = open_session(&model, params.as_deref(), engine.options()?)?;
             let text = if optimized {
                 let shapes = inputs::shapes_for(&session, &shape)?;
                 let prepared = session.prerun(&shapes)?;
@@ -293,6 +323,17 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
                 session.graph().to_text()
             };
             print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Explain {
+            model,
+            params,
+            shape,
+            json,
+            engine,
+        } => {
+            let session = open_session(&model, params.as_deref(), engine.options()?)?;
+            explain::explain(&session, &shape, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Passes => {

@@ -4,6 +4,8 @@
 //! `nodes` is kept in topological order; passes that rewrite the graph restore it with
 //! [`Graph::sort`].
 
+use crate::op::InferInput;
+use crate::ops::device::subgraph::Subgraph;
 use crate::{DType, Error, Op, Result, Tensor, TensorInfo};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -159,6 +161,44 @@ impl Graph {
             .collect();
         self.add_node(name, op, inputs, outs.clone())?;
         Ok(outs)
+    }
+
+    /// What a node's inputs are at prerun: dtype and shape (once inferred) and the value of
+    /// constants. An input whose type is not known yet is `None`.
+    pub fn infer_inputs(&self, node: &Node) -> Vec<Option<InferInput<'_>>> {
+        node.inputs
+            .iter()
+            .map(|i| {
+                i.and_then(|v| {
+                    let val = self.value(v);
+                    val.info.as_ref().map(|info| InferInput {
+                        dtype: info.dtype,
+                        shape: &info.shape,
+                        value: val.constant.as_ref(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// The FLOP estimate of one node (0 when its shapes are not known at prerun).
+    pub fn node_flops(&self, n: &Node) -> u64 {
+        let ins: Vec<Option<TensorInfo>> = n
+            .inputs
+            .iter()
+            .map(|i| i.and_then(|v| self.value(v).info.clone()))
+            .collect();
+        let outs: Option<Vec<TensorInfo>> = n
+            .outputs
+            .iter()
+            .map(|o| self.value(*o).info.clone())
+            .collect();
+        outs.map(|o| n.op.flops(&ins, &o)).unwrap_or(0)
+    }
+
+    /// Sum of the nodes' FLOP estimates.
+    pub fn flops(&self) -> u64 {
+        self.nodes.iter().map(|n| self.node_flops(n)).sum()
     }
 
     /// Map from value to the nodes that read it.
@@ -341,10 +381,20 @@ impl Graph {
         s
     }
 
-    /// Graphviz DOT: ops as boxes, values as ellipses. Constants are drawn small and grey.
+    /// Graphviz DOT: ops as boxes, values as ellipses. Constants are drawn small and grey. A
+    /// [`Subgraph`] node is drawn as a cluster labelled with its name and device, holding its
+    /// inner graph, whose inputs and outputs are the node's (they correspond by position).
     pub fn to_dot(&self) -> String {
         let mut s = String::from("digraph ferrolite {\n  rankdir=TB;\n  node [fontsize=10];\n");
-        let mut drawn: HashSet<ValueId> = HashSet::new();
+        self.write_dot(&mut s, "", &HashSet::new());
+        s.push_str("}\n");
+        s
+    }
+
+    /// Writes the nodes and values with DOT ids prefixed by `prefix`, leaving out the values in
+    /// `hidden` and their edges.
+    fn write_dot(&self, s: &mut String, prefix: &str, hidden: &HashSet<ValueId>) {
+        let mut drawn: HashSet<ValueId> = hidden.clone();
         let mut value_node = |s: &mut String, id: ValueId| {
             if drawn.insert(id) {
                 let v = self.value(id);
@@ -355,7 +405,7 @@ impl Graph {
                 };
                 let _ = writeln!(
                     s,
-                    "  v{} [shape=ellipse, label=\"{}\"{}];",
+                    "  {prefix}v{} [shape=ellipse, label=\"{}\"{}];",
                     id.0,
                     escape(&self.value_label(id)),
                     style
@@ -363,27 +413,53 @@ impl Graph {
             }
         };
         for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(sub) = node.op.as_any().downcast_ref::<Subgraph>() {
+                let inner = format!("{prefix}s{i}_");
+                let _ = writeln!(
+                    s,
+                    "  subgraph cluster_{inner} {{\n  label=\"{} ({})\"; style=rounded;",
+                    escape(&node.name),
+                    escape(&sub.device)
+                );
+                let g = &sub.graph;
+                let ends: HashSet<ValueId> = g.inputs.iter().chain(&g.outputs).copied().collect();
+                g.write_dot(s, &inner, &ends);
+                s.push_str("  }\n");
+                let consumers = g.consumers();
+                for (v, inner_v) in node.inputs.iter().zip(&g.inputs) {
+                    let Some(v) = *v else { continue };
+                    value_node(s, v);
+                    for c in consumers.get(inner_v).into_iter().flatten() {
+                        let _ = writeln!(s, "  {prefix}v{} -> {inner}n{};", v.0, c.0);
+                    }
+                }
+                for (&o, &inner_o) in node.outputs.iter().zip(&g.outputs) {
+                    value_node(s, o);
+                    if let Some(p) = g.value(inner_o).producer {
+                        let _ = writeln!(s, "  {inner}n{} -> {prefix}v{};", p.0, o.0);
+                    }
+                }
+                continue;
+            }
             let _ = writeln!(
                 s,
-                "  n{} [shape=box, style=filled, fillcolor=\"#cfe2ff\", label=\"{}\\n{}\"];",
+                "  {prefix}n{} [shape=box, style=filled, fillcolor=\"#cfe2ff\", label=\"{}\\n{}\"];",
                 i,
                 escape(node.op.name()),
                 escape(&node.name)
             );
-            for v in node.inputs.iter().flatten() {
-                value_node(&mut s, *v);
-                let _ = writeln!(s, "  v{} -> n{};", v.0, i);
+            for &v in node.inputs.iter().flatten().filter(|v| !hidden.contains(v)) {
+                value_node(s, v);
+                let _ = writeln!(s, "  {prefix}v{} -> {prefix}n{};", v.0, i);
             }
-            for o in &node.outputs {
-                value_node(&mut s, *o);
-                let _ = writeln!(s, "  n{} -> v{};", i, o.0);
+            for &o in node.outputs.iter().filter(|o| !hidden.contains(o)) {
+                value_node(s, o);
+                let _ = writeln!(s, "  {prefix}n{} -> {prefix}v{};", i, o.0);
             }
         }
         for &i in self.inputs.iter().chain(&self.outputs) {
-            value_node(&mut s, i);
+            value_node(s, i);
         }
-        s.push_str("}\n");
-        s
     }
 }
 

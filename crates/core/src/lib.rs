@@ -4,6 +4,7 @@
 //! Nothing here knows a file format or a device: frontends build a [`Graph`] of canonical ops
 //! ([`ops`]); devices supply kernels through [`plan::KernelProvider`].
 
+pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod graph;

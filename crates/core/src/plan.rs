@@ -76,6 +76,15 @@ pub trait KernelProvider: Send + Sync {
     fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>>;
 }
 
+/// A provider with no kernels: every node runs its reference implementation.
+pub struct ReferenceKernels;
+
+impl KernelProvider for ReferenceKernels {
+    fn kernel(&self, _req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>> {
+        Ok(None)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SlotKind {
     Constant,
@@ -344,20 +353,7 @@ impl Plan {
             let (kernel, output_types): (Box<dyn Kernel>, _) = if is_dynamic {
                 (Box::new(ReferenceKernel(node.op.clone())), None)
             } else {
-                let infer_inputs: Vec<Option<InferInput>> = node
-                    .inputs
-                    .iter()
-                    .map(|i| {
-                        i.and_then(|v| {
-                            let val = graph.value(v);
-                            val.info.as_ref().map(|info| InferInput {
-                                dtype: info.dtype,
-                                shape: &info.shape,
-                                value: val.constant.as_ref(),
-                            })
-                        })
-                    })
-                    .collect();
+                let infer_inputs = graph.infer_inputs(node);
                 let outputs: Vec<TensorInfo> =
                     node.outputs
                         .iter()

@@ -5,9 +5,14 @@
 //! takes its own set of intermediate buffers from the plan's pool, so concurrent runs never see
 //! each other's data.
 
+use crate::device::{resolve, DeviceOption};
 use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Model};
-use ferrolite_core::passes::{default_pipeline, optimize, Pass};
-use ferrolite_core::plan::Plan;
+use ferrolite_core::device::{Device, DeviceKernels, Warnings};
+use ferrolite_core::passes::{
+    default_pipeline, optimize, pipeline_with_partition, Partition, PartitionOptions,
+    PartitionReport, Pass,
+};
+use ferrolite_core::plan::{KernelProvider, Plan, ReferenceKernels};
 use ferrolite_core::tensor::checked_numel;
 use ferrolite_core::{DType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo};
 use ferrolite_cpu::CpuKernels;
@@ -39,6 +44,10 @@ pub struct SessionOptions {
     /// ran and leave them sharing it for a whole run; turn it off when several sessions or
     /// programs must share the CPUs.
     pub pin_threads: bool,
+    /// The device for the subgraphs it supports; the CPU runs the rest.
+    pub device: DeviceOption,
+    /// How the graph is split between the device and the CPU.
+    pub partition: PartitionOptions,
 }
 
 impl Default for SessionOptions {
@@ -48,6 +57,8 @@ impl Default for SessionOptions {
             disabled_passes: Vec::new(),
             optimized_kernels: true,
             pin_threads: true,
+            device: DeviceOption::Cpu,
+            partition: PartitionOptions::default(),
         }
     }
 }
@@ -68,6 +79,12 @@ impl SessionOptions {
     /// Skips the optimisation pass with this name (see [`pass_names`]).
     pub fn disable_pass(mut self, name: impl Into<String>) -> Self {
         self.disabled_passes.push(name.into());
+        self
+    }
+
+    /// Runs the subgraphs a device supports on it (see [`DeviceOption`]).
+    pub fn with_device(mut self, device: DeviceOption) -> Self {
+        self.device = device;
         self
     }
 
@@ -157,6 +174,8 @@ pub struct Prepared {
     pub graph: Graph,
     /// The compiled plan (kernels, buffer lifetimes).
     pub plan: Plan,
+    /// Where the partition pass placed each node, when the session has a device.
+    pub partition: Option<PartitionReport>,
 }
 
 impl Prepared {
@@ -178,22 +197,12 @@ impl Prepared {
 
 /// Sum of the ops' FLOP estimates over a graph whose shapes are inferred.
 pub fn graph_flops(graph: &Graph) -> u64 {
-    graph.nodes.iter().map(|n| node_flops(graph, n)).sum()
+    graph.flops()
 }
 
 /// The FLOP estimate of one node of `graph` (0 when its shapes are not known at prerun).
 pub fn node_flops(graph: &Graph, n: &Node) -> u64 {
-    let ins: Vec<Option<TensorInfo>> = n
-        .inputs
-        .iter()
-        .map(|i| i.and_then(|v| graph.value(v).info.clone()))
-        .collect();
-    let outs: Option<Vec<TensorInfo>> = n
-        .outputs
-        .iter()
-        .map(|o| graph.value(*o).info.clone())
-        .collect();
-    outs.map(|o| n.op.flops(&ins, &o)).unwrap_or(0)
+    graph.node_flops(n)
 }
 
 /// What [`Session::run_profiled`] returns: the outputs, the time of each plan step, the plan.
@@ -350,6 +359,8 @@ pub struct Session {
     /// hosts that unload the library see every thread finished).
     workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
     plans: Mutex<PlanCache>,
+    device: Option<Arc<dyn Device>>,
+    warnings: Warnings,
 }
 
 /// Plans by input-shape signature.
@@ -507,9 +518,13 @@ impl Session {
             })
             .build()
             .map_err(|e| Error::Other(format!("could not start the thread pool: {e}")))?;
+        let warnings = Warnings::default();
+        let device = resolve(&options.device, &warnings)?;
         Ok(Session {
             model,
             options,
+            device,
+            warnings,
             inputs,
             outputs,
             pool: Some(pool),
@@ -548,6 +563,17 @@ impl Session {
     /// The output with this name.
     pub fn output(&self, name: &str) -> Option<&IoInfo> {
         self.outputs.iter().find(|i| i.name == name)
+    }
+
+    /// The device the session places subgraphs on (`None`: the CPU runs everything).
+    pub fn device(&self) -> Option<&Arc<dyn Device>> {
+        self.device.as_ref()
+    }
+
+    /// The warnings so far (a device that could not compile or run a subgraph, which then ran
+    /// on the CPU). They are also written to standard error.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.all()
     }
 
     /// The options the session was built with.
@@ -612,15 +638,39 @@ impl Session {
             .map(|(i, s)| TensorInfo::new(i.dtype, s.clone()))
             .collect();
         let mut graph = self.model.graph.clone();
-        let pipeline: Vec<Box<dyn Pass>> = default_pipeline();
-        let dynamic = optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
-        let provider = CpuKernels::default();
-        let plan = if self.options.optimized_kernels {
-            Plan::build(&graph, &dynamic, Some(&provider))?
+        let cpu: Arc<dyn KernelProvider> = if self.options.optimized_kernels {
+            Arc::new(CpuKernels::default())
         } else {
-            Plan::build(&graph, &dynamic, None)?
+            Arc::new(ReferenceKernels)
         };
-        let prepared = Arc::new(Prepared { graph, plan });
+        let (plan, partition) = match &self.device {
+            None => {
+                let pipeline: Vec<Box<dyn Pass>> = default_pipeline();
+                let dynamic =
+                    optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
+                (Plan::build(&graph, &dynamic, Some(cpu.as_ref()))?, None)
+            }
+            Some(device) => {
+                let pass = Partition::new(device.clone(), self.options.partition.clone());
+                let report = pass.report.clone();
+                let pipeline = pipeline_with_partition(pass);
+                let dynamic =
+                    optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
+                let provider = DeviceKernels {
+                    devices: vec![device.clone()],
+                    cpu,
+                    warnings: self.warnings.clone(),
+                };
+                let plan = Plan::build(&graph, &dynamic, Some(&provider))?;
+                let report = report.lock().ok().and_then(|mut r| r.take());
+                (plan, report)
+            }
+        };
+        let prepared = Arc::new(Prepared {
+            graph,
+            plan,
+            partition,
+        });
         self.lock_plans()?.insert(key, prepared.clone());
         Ok(prepared)
     }

@@ -15,6 +15,7 @@ mod fuse_layer_norm;
 mod fuse_matmul_add;
 mod fuse_scale_shift;
 mod layout_nchwc;
+pub mod partition;
 mod remove_neutral;
 mod rewrite;
 #[cfg(test)]
@@ -31,6 +32,7 @@ pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
 pub use fuse_scale_shift::FuseScaleShift;
 pub use layout_nchwc::LayoutNchwc;
+pub use partition::{Partition, PartitionOptions, PartitionReport};
 pub use remove_neutral::RemoveNeutral;
 
 use crate::infer::infer_graph;
@@ -139,6 +141,18 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
         // Last: the fusions above match the plain ops.
         Box::new(LayoutNchwc),
     ]
+}
+
+/// The passes with `partition` for a device: after the device-independent fusions, before
+/// the CPU's layout pass (which then only sees the nodes left on the CPU).
+pub fn pipeline_with_partition(partition: Partition) -> Vec<Box<dyn Pass>> {
+    let mut passes = default_pipeline();
+    let at = passes
+        .iter()
+        .position(|p| p.name() == LayoutNchwc.name())
+        .unwrap_or(passes.len());
+    passes.insert(at, Box::new(partition));
+    passes
 }
 
 /// Name of the shape-inference step, which cannot be disabled.

@@ -1,0 +1,236 @@
+//! `ferrolite explain`: where each node runs on the session's device, and why.
+
+use crate::check::json_str;
+use crate::inputs::shapes_for;
+use ferrolite::core::passes::partition::{GroupInfo, Placement};
+use ferrolite::{Error, PartitionReport, Result, Session};
+use std::fmt::Write as _;
+
+/// The ops whose FLOPs the device placement is judged by.
+pub const HEAVY_OPS: [&str; 5] = ["Conv", "ConvTranspose", "MatMul", "Gemm", "FullyConnected"];
+
+fn mflop(f: u64) -> f64 {
+    f as f64 / 1e6
+}
+
+fn kib(b: u64) -> f64 {
+    b as f64 / 1024.0
+}
+
+fn share(part: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * part as f64 / total as f64
+    }
+}
+
+/// Where a node runs and why (empty when it runs on the device).
+fn reason(report: &PartitionReport, p: &Placement) -> (String, String) {
+    match p {
+        Placement::Device(k) => (report.subgraphs[*k].name.clone(), String::new()),
+        Placement::Unsupported(why) => ("cpu".into(), why.clone()),
+        Placement::Dynamic => ("cpu".into(), "shapes known only at run time".into()),
+        Placement::TooSmall(k) => {
+            let g = &report.dropped[*k];
+            (
+                "cpu".into(),
+                format!(
+                    "subgraph too small: {} node(s), {} op(s) by work, fewer than {}",
+                    g.nodes, g.work_ops, report.min_ops
+                ),
+            )
+        }
+    }
+}
+
+/// FLOPs of the convolution and matmul ops: (on the device, in all).
+pub fn heavy_flops(report: &PartitionReport) -> (u64, u64) {
+    let heavy = || {
+        report
+            .nodes
+            .iter()
+            .filter(|n| HEAVY_OPS.contains(&n.op.as_str()))
+    };
+    let total = heavy().map(|n| n.flops).sum();
+    let placed = heavy()
+        .filter(|n| matches!(n.placement, Placement::Device(_)))
+        .map(|n| n.flops)
+        .sum();
+    (placed, total)
+}
+
+/// Copies of a subgraph: (count in, bytes in, count out, bytes out).
+fn copies(g: &GroupInfo) -> (usize, u64, usize, u64) {
+    (
+        g.copies_in.len(),
+        g.copies_in.iter().map(|c| c.bytes).sum(),
+        g.copies_out.len(),
+        g.copies_out.iter().map(|c| c.bytes).sum(),
+    )
+}
+
+fn to_json(report: &PartitionReport, total: u64) -> String {
+    let (heavy_placed, heavy_total) = heavy_flops(report);
+    let nodes: Vec<String> = report
+        .nodes
+        .iter()
+        .map(|n| {
+            let (place, why) = reason(report, &n.placement);
+            format!(
+                "{{\"node\":{},\"op\":{},\"flops\":{},\"runs_on\":{},\"reason\":{}}}",
+                json_str(&n.node),
+                json_str(&n.op),
+                n.flops,
+                json_str(&place),
+                json_str(&why)
+            )
+        })
+        .collect();
+    let subgraphs: Vec<String> = report
+        .subgraphs
+        .iter()
+        .map(|g| {
+            let (ni, bi, no, bo) = copies(g);
+            format!(
+                "{{\"name\":{},\"nodes\":{},\"flops\":{},\"work_ops\":{},\"copies_in\":{ni},\"bytes_in\":{bi},\"copies_out\":{no},\"bytes_out\":{bo}}}",
+                json_str(&g.name),
+                g.nodes,
+                g.flops,
+                g.work_ops
+            )
+        })
+        .collect();
+    format!(
+        "{{\"device\":{},\"min_ops\":{},\"flops\":{total},\"heavy_flops\":{heavy_total},\"heavy_flops_on_device\":{heavy_placed},\"nodes\":[{}],\"subgraphs\":[{}]}}\n",
+        json_str(&report.device),
+        report.min_ops,
+        nodes.join(","),
+        subgraphs.join(",")
+    )
+}
+
+fn to_text(report: &PartitionReport, total: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "device {}: subgraphs of fewer than {} op(s) counted by work stay on the CPU\n",
+        report.device, report.min_ops
+    );
+    let w = report
+        .nodes
+        .iter()
+        .map(|n| n.node.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(
+        out,
+        "{:<w$}  {:<22} {:>10}  {:<16} why",
+        "node", "op", "MFLOP", "runs on"
+    );
+    for n in &report.nodes {
+        let (place, why) = reason(report, &n.placement);
+        let _ = writeln!(
+            out,
+            "{:<w$}  {:<22} {:>10.3}  {:<16} {}",
+            n.node,
+            n.op,
+            mflop(n.flops),
+            place,
+            why
+        );
+    }
+    let _ = writeln!(out, "\nsubgraphs on {}:", report.device);
+    if report.subgraphs.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    let (mut copies_in, mut copies_out, mut bytes_in, mut bytes_out) = (0, 0, 0, 0);
+    for g in &report.subgraphs {
+        let (ni, bi, no, bo) = copies(g);
+        copies_in += ni;
+        copies_out += no;
+        bytes_in += bi;
+        bytes_out += bo;
+        let _ = writeln!(
+            out,
+            "  {}: {} nodes, {} ops by work, {:.1} MFLOP ({:.1}% of the model); copies in: {ni} ({:.1} KB), out: {no} ({:.1} KB)",
+            g.name,
+            g.nodes,
+            g.work_ops,
+            mflop(g.flops),
+            share(g.flops, total),
+            kib(bi),
+            kib(bo)
+        );
+    }
+    for g in &report.dropped {
+        let _ = writeln!(
+            out,
+            "  dropped as too small: {} node(s), {} op(s) by work, {:.3} MFLOP",
+            g.nodes,
+            g.work_ops,
+            mflop(g.flops)
+        );
+    }
+    let _ = writeln!(out, "\ncopies:");
+    for s in &report.subgraphs {
+        for c in &s.copies_in {
+            let _ = writeln!(
+                out,
+                "  to {}: {} ({} bytes) into {}",
+                report.device, c.value, c.bytes, s.name
+            );
+        }
+        for c in &s.copies_out {
+            let _ = writeln!(
+                out,
+                "  to host: {} ({} bytes) from {}",
+                c.value, c.bytes, s.name
+            );
+        }
+    }
+    let placed: u64 = report.subgraphs.iter().map(|g| g.flops).sum();
+    let (heavy_placed, heavy_total) = heavy_flops(report);
+    let _ = writeln!(
+        out,
+        "\non {}: {:.1}% of all FLOPs; {:.1}% of convolution and matmul FLOPs ({:.1} of {:.1} MFLOP)",
+        report.device,
+        share(placed, total),
+        share(heavy_placed, heavy_total),
+        mflop(heavy_placed),
+        mflop(heavy_total)
+    );
+    let _ = writeln!(
+        out,
+        "copies per run: {copies_in} to the device ({:.1} KB), {copies_out} to the host ({:.1} KB)",
+        kib(bytes_in),
+        kib(bytes_out)
+    );
+    out
+}
+
+pub fn explain(session: &Session, shape_args: &[String], json: bool) -> Result<()> {
+    let Some(device) = session.device() else {
+        return Err(Error::Other(
+            "explain needs a device (--device gpu or fake); with the CPU alone every node runs on the CPU"
+                .into(),
+        ));
+    };
+    let shapes = shapes_for(session, shape_args)?;
+    let prepared = session.prerun(&shapes)?;
+    let report = prepared
+        .partition
+        .clone()
+        .unwrap_or_else(|| PartitionReport {
+            device: device.name().to_string(),
+            ..Default::default()
+        });
+    let total: u64 = report.nodes.iter().map(|n| n.flops).sum();
+    if json {
+        print!("{}", to_json(&report, total));
+    } else {
+        print!("{}", to_text(&report, total));
+    }
+    Ok(())
+}
