@@ -47,19 +47,35 @@ impl FromStr for DeviceOption {
 }
 
 /// Whether this build has the GPU device.
-pub const GPU_AVAILABLE: bool = false;
+pub const GPU_AVAILABLE: bool = cfg!(feature = "gpu");
 
-/// The device for an option: `None` for the CPU. A build without the GPU device rejects
-/// [`DeviceOption::Gpu`].
+/// The device for an option: `None` for the CPU. A GPU that cannot be opened (no adapter) is
+/// a warning and the CPU runs everything; a build without the GPU device is an error.
 pub(crate) fn resolve(
     option: &DeviceOption,
-    _warnings: &Warnings,
+    warnings: &Warnings,
 ) -> Result<Option<Arc<dyn Device>>> {
     match option {
         DeviceOption::Cpu => Ok(None),
         DeviceOption::Custom(d) => Ok(Some(d.clone())),
-        DeviceOption::Gpu => Err(Error::Other(
-            "this build of ferrolite has no GPU device".into(),
-        )),
+        DeviceOption::Gpu => open_gpu(warnings),
     }
+}
+
+#[cfg(feature = "gpu")]
+fn open_gpu(warnings: &Warnings) -> Result<Option<Arc<dyn Device>>> {
+    match ferrolite_gpu::GpuDevice::open() {
+        Ok(d) => Ok(Some(Arc::new(d))),
+        Err(e) => {
+            warnings.push(format!("no GPU device ({e}); the session runs on the CPU"));
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+fn open_gpu(_warnings: &Warnings) -> Result<Option<Arc<dyn Device>>> {
+    Err(Error::Other(
+        "this build of ferrolite has no GPU device: build it with the `gpu` feature".into(),
+    ))
 }

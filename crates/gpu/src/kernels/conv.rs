@@ -1,0 +1,242 @@
+//! Conv (plain, depthwise, grouped; 1-D and 2-D) and ConvTranspose, with the bias and the
+//! fused epilogue activation.
+//!
+//! Conv: each invocation computes one output pixel for a block of output channels of one
+//! group (4 when the group has a multiple of 4, else 1), so every input value it loads serves
+//! the whole block. The weights are laid out again at compile so a block's weights for one tap
+//! are adjacent: `[M/B][C/group][KH][KW][B]`.
+
+use super::{activation_fn, numel, u, Lowered, Node, Operand, Reason, Step};
+use ferrolite_core::ops::linalg::conv::Conv;
+use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
+use std::any::Any;
+use std::sync::Arc;
+
+/// 2-D view of a 1-D or 2-D spatial shape.
+fn spatial2(v: &[usize], one: usize) -> Result<[usize; 2], Reason> {
+    match v {
+        [w] => Ok([one, *w]),
+        [h, w] => Ok([*h, *w]),
+        _ => Err(format!(
+            "{}-D convolution (the GPU runs 1-D and 2-D)",
+            v.len()
+        )),
+    }
+}
+
+fn bias_data(node: &Node, m: usize) -> Result<Vec<f32>, Reason> {
+    if node.has(2) {
+        let b = node.constant_f32(2, "bias")?;
+        if b.len() != m {
+            return Err(format!("bias has {} values for {m} channels", b.len()));
+        }
+        Ok(b)
+    } else {
+        Ok(vec![0.0; m])
+    }
+}
+
+fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
+    let (x, w) = (node.shape(0)?, node.shape(1)?);
+    let s = c.shapes(x, w).map_err(|e| e.to_string())?;
+    let g = &s.geometry;
+    let [h, wd] = spatial2(&g.input, 1)?;
+    let [kh, kw] = spatial2(&g.kernel, 1)?;
+    let [sh, sw] = spatial2(&g.strides, 1)?;
+    let [dh, dw] = spatial2(&g.dilations, 1)?;
+    let [ph, pw] = spatial2(&g.pad_begin, 0)?;
+    let [oh, ow] = spatial2(&g.output, 1)?;
+    let (n, ch, m, group) = (s.batch, s.in_channels, s.out_channels, s.group);
+    let (cg, mg) = (ch / group, m / group);
+    let block = if mg.is_multiple_of(4) { 4 } else { 1 };
+    let weights = node.constant_f32(1, "W")?;
+    let taps = kh * kw;
+    // [M/B][Cg][taps][B]
+    let mut relaid = vec![0u32; weights.len()];
+    for oc in 0..m {
+        let (mb, j) = (oc / block, oc % block);
+        for c in 0..cg {
+            for t in 0..taps {
+                let from = (oc * cg + c) * taps + t;
+                let to = ((mb * cg + c) * taps + t) * block + j;
+                relaid[to] = weights[from].to_bits();
+            }
+        }
+    }
+    let bias: Vec<u32> = bias_data(node, m)?.iter().map(|v| v.to_bits()).collect();
+    let params = [
+        n,
+        ch,
+        h,
+        wd,
+        m,
+        oh,
+        ow,
+        kh,
+        kw,
+        sh,
+        sw,
+        dh,
+        dw,
+        ph,
+        pw,
+        cg,
+        mg,
+        m / block,
+    ]
+    .iter()
+    .map(|&v| u(v))
+    .collect();
+    let body = format!(
+        "{act}const B: u32 = {block}u;
+fn run(i: u32) {{
+  let H = p[3]; let W = p[4]; let M = p[5]; let OH = p[6]; let OW = p[7];
+  let KH = p[8]; let KW = p[9]; let Cg = p[16]; let Mg = p[17];
+  let ow = i % OW;
+  var t = i / OW;
+  let oh = t % OH;
+  t = t / OH;
+  let mb = t % p[18];
+  let n = t / p[18];
+  let m0 = mb * B;
+  let g = m0 / Mg;
+  var acc: array<f32, {block}>;
+  for (var j = 0u; j < B; j = j + 1u) {{ acc[j] = in2[m0 + j]; }}
+  let ih0 = i32(oh * p[10]) - i32(p[14]);
+  let iw0 = i32(ow * p[11]) - i32(p[15]);
+  for (var c = 0u; c < Cg; c = c + 1u) {{
+    let xplane = ((n * p[2] + g * Cg + c) * H) * W;
+    let wbase = ((mb * Cg + c) * KH * KW) * B;
+    for (var ky = 0u; ky < KH; ky = ky + 1u) {{
+      let ih = ih0 + i32(ky * p[12]);
+      if (ih < 0 || ih >= i32(H)) {{ continue; }}
+      let xrow = xplane + u32(ih) * W;
+      for (var kx = 0u; kx < KW; kx = kx + 1u) {{
+        let iw = iw0 + i32(kx * p[13]);
+        if (iw < 0 || iw >= i32(W)) {{ continue; }}
+        let xv = in0[xrow + u32(iw)];
+        let wi = wbase + (ky * KW + kx) * B;
+        for (var j = 0u; j < B; j = j + 1u) {{ acc[j] = acc[j] + xv * in1[wi + j]; }}
+      }}
+    }}
+  }}
+  for (var j = 0u; j < B; j = j + 1u) {{
+    out[((n * M + m0 + j) * OH + oh) * OW + ow] = act(acc[j]);
+  }}
+}}
+",
+        act = activation_fn(c.activation),
+    );
+    let threads = n * (m / block) * oh * ow;
+    let step = Step::threads(
+        threads,
+        body,
+        params,
+        vec![
+            Operand::Input(0),
+            Operand::Data(Arc::new(relaid)),
+            Operand::Data(Arc::new(bias)),
+        ],
+        Operand::Output(0),
+    );
+    Ok(Lowered::steps(vec![step]))
+}
+
+fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
+    let (x, w) = (node.shape(0)?, node.shape(1)?);
+    let s = c.shapes(x, w).map_err(|e| e.to_string())?;
+    let [h, wd] = spatial2(&s.input, 1)?;
+    let [kh, kw] = spatial2(&s.kernel, 1)?;
+    let [sh, sw] = spatial2(&s.strides, 1)?;
+    let [dh, dw] = spatial2(&s.dilations, 1)?;
+    let pads: Vec<usize> = s
+        .pad_begin
+        .iter()
+        .map(|&p| p as i32 as u32 as usize)
+        .collect();
+    let [ph, pw] = spatial2(&pads, 0)?;
+    let [oh, ow] = spatial2(&s.output, 1)?;
+    let (n, ch, m, group) = (s.batch, s.in_channels, s.out_channels, s.group);
+    let bias: Vec<u32> = bias_data(node, m)?.iter().map(|v| v.to_bits()).collect();
+    let params = [
+        n,
+        ch,
+        h,
+        wd,
+        m,
+        oh,
+        ow,
+        kh,
+        kw,
+        sh,
+        sw,
+        dh,
+        dw,
+        ph,
+        pw,
+        ch / group,
+        m / group,
+    ]
+    .iter()
+    .map(|&v| u(v))
+    .collect();
+    let body = format!(
+        "{act}fn run(i: u32) {{
+  let H = p[3]; let W = p[4]; let M = p[5]; let OH = p[6]; let OW = p[7];
+  let KH = p[8]; let KW = p[9]; let Cg = p[16]; let Mg = p[17];
+  let SH = i32(p[10]); let SW = i32(p[11]);
+  let ow = i % OW;
+  var t = i / OW;
+  let oh = t % OH;
+  t = t / OH;
+  let m = t % M;
+  let n = t / M;
+  let g = m / Mg;
+  let mm = m % Mg;
+  var acc = in2[m];
+  for (var c = 0u; c < Cg; c = c + 1u) {{
+    let ic = g * Cg + c;
+    let xplane = (n * p[2] + ic) * H * W;
+    let wplane = (ic * Mg + mm) * KH * KW;
+    for (var ky = 0u; ky < KH; ky = ky + 1u) {{
+      let th = i32(oh) + bitcast<i32>(p[14]) - i32(ky * p[12]);
+      if (th < 0 || th % SH != 0) {{ continue; }}
+      let ih = th / SH;
+      if (ih >= i32(H)) {{ continue; }}
+      for (var kx = 0u; kx < KW; kx = kx + 1u) {{
+        let tw = i32(ow) + bitcast<i32>(p[15]) - i32(kx * p[13]);
+        if (tw < 0 || tw % SW != 0) {{ continue; }}
+        let iw = tw / SW;
+        if (iw >= i32(W)) {{ continue; }}
+        acc = acc + in0[xplane + u32(ih) * W + u32(iw)] * in1[wplane + ky * KW + kx];
+      }}
+    }}
+  }}
+  out[i] = act(acc);
+}}
+",
+        act = activation_fn(c.activation),
+    );
+    let step = Step::threads(
+        numel(&s.output_shape()),
+        body,
+        params,
+        vec![
+            Operand::Input(0),
+            Operand::Input(1),
+            Operand::Data(Arc::new(bias)),
+        ],
+        Operand::Output(0),
+    );
+    Ok(Lowered::steps(vec![step]))
+}
+
+pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
+    if let Some(c) = op.downcast_ref::<Conv>() {
+        return conv(node, c).map(Some);
+    }
+    if let Some(c) = op.downcast_ref::<ConvTranspose>() {
+        return conv_transpose(node, c).map(Some);
+    }
+    Ok(None)
+}
