@@ -215,6 +215,13 @@ ferrolite_status get_tensor_data(const struct ferrolite_tensor *tensor, uint8_t 
 // (after prerun).
 ferrolite_status set_tensor_buffer(struct ferrolite_tensor *tensor, uint8_t *buffer, size_t size);
 
+// Chooses where the next prerun places the graph: `"cpu"` (the default), `"gpu"` (the
+// subgraphs the GPU supports run there, the rest on the CPU; needs a library built with the
+// `gpu` feature) or the test suite's fake device (`"fake"`, `"fake:ops=Conv+Relu"`). A device
+// that fails to compile or run a subgraph hands it back to the CPU with a warning on standard
+// error; the graph's outputs are the same. Call [`prerun_graph_multithread`] again afterwards.
+ferrolite_status set_graph_device(struct ferrolite_graph *graph, const char *device);
+
 // Prepares the graph for the current input shapes: shape inference, optimisation passes and
 // kernel selection. `options` may be NULL (defaults: one thread per core, fp32).
 ferrolite_status prerun_graph_multithread(struct ferrolite_graph *graph,

@@ -199,6 +199,8 @@ struct GraphState {
     session: Option<Arc<Session>>,
     /// Input shapes the session was prepared for.
     prepared: bool,
+    /// Where prerun places the graph (see [`set_graph_device`]).
+    device: ferrolite::DeviceOption,
     inputs: Vec<TensorState>,
     outputs: Vec<TensorState>,
 }
@@ -450,6 +452,7 @@ fn new_graph(model: ferrolite::Model, out: *mut *mut ferrolite_graph) -> FResult
         model,
         session: None,
         prepared: false,
+        device: ferrolite::DeviceOption::Cpu,
         inputs,
         outputs,
     }));
@@ -977,6 +980,30 @@ pub extern "C" fn set_tensor_buffer(
     })
 }
 
+/// Chooses where the next prerun places the graph: `"cpu"` (the default), `"gpu"` (the
+/// subgraphs the GPU supports run there, the rest on the CPU; needs a library built with the
+/// `gpu` feature) or the test suite's fake device (`"fake"`, `"fake:ops=Conv+Relu"`). A device
+/// that fails to compile or run a subgraph hands it back to the CPU with a warning on standard
+/// error; the graph's outputs are the same. Call [`prerun_graph_multithread`] again afterwards.
+#[no_mangle]
+pub extern "C" fn set_graph_device(
+    graph: *mut ferrolite_graph,
+    device: *const c_char,
+) -> ferrolite_status {
+    ffi(|| {
+        let g = graph_ref(graph)?;
+        let name = c_str(device, "device")?;
+        let option: ferrolite::DeviceOption = name
+            .parse()
+            .map_err(engine(FERROLITE_ERR_INVALID_ARGUMENT))?;
+        let mut s = lock(&g);
+        s.device = option;
+        s.session = None;
+        s.prepared = false;
+        Ok(())
+    })
+}
+
 /// Prepares the graph for the current input shapes: shape inference, optimisation passes and
 /// kernel selection. `options` may be NULL (defaults: one thread per core, fp32).
 #[no_mangle]
@@ -1015,6 +1042,7 @@ pub extern "C" fn prerun_graph_multithread(
             }
         }
         let mut s = lock(&g);
+        opts.device = s.device.clone();
         let shapes: Vec<Vec<usize>> = s
             .inputs
             .iter()

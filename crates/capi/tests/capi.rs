@@ -175,6 +175,71 @@ fn full_lifecycle_matches_the_rust_api() {
     finish(g);
 }
 
+/// Runs the classifier on `device` through the C API and returns its scores.
+fn run_on(device: &str, data: &[f32]) -> Vec<f32> {
+    let g = create();
+    let dev = CString::new(device).unwrap();
+    assert_eq!(
+        set_graph_device(g, dev.as_ptr()),
+        FERROLITE_OK,
+        "{}",
+        last_error()
+    );
+    let x = input(g);
+    assert_eq!(
+        set_tensor_shape(x, [1, 3, 48, 96].as_ptr(), 4),
+        FERROLITE_OK
+    );
+    assert_eq!(
+        prerun_graph_multithread(g, null()),
+        FERROLITE_OK,
+        "{}",
+        last_error()
+    );
+    let inb = bytes_of(data);
+    assert_eq!(set_tensor_data(x, inb.as_ptr(), inb.len()), FERROLITE_OK);
+    assert_eq!(run_graph(g, 1), FERROLITE_OK, "{}", last_error());
+    let mut out = vec![0u8; 8];
+    assert_eq!(
+        get_tensor_data(output(g), out.as_mut_ptr(), out.len()),
+        FERROLITE_OK
+    );
+    finish(g);
+    floats(&out)
+}
+
+#[test]
+fn device_option_places_the_graph_and_falls_back() {
+    let data: Vec<f32> = (0..3 * 48 * 96)
+        .map(|i| ((i % 7) as f32 - 3.0) / 3.0)
+        .collect();
+    let want = reference(&[1, 3, 48, 96], &data);
+    let close = |got: &[f32]| got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-4);
+    for device in [
+        "cpu",
+        "fake",
+        "fake:ops=Conv+Relu",
+        "fake:fail=run",
+        "fake:fail=compile",
+    ] {
+        let got = run_on(device, &data);
+        assert!(close(&got), "{device}: {got:?} vs {want:?}");
+    }
+    let g = create();
+    let bad = CString::new("tpu").unwrap();
+    assert_err(
+        set_graph_device(g, bad.as_ptr()),
+        FERROLITE_ERR_INVALID_ARGUMENT,
+        "unknown device",
+    );
+    assert_err(
+        set_graph_device(g, null()),
+        FERROLITE_ERR_NULL_POINTER,
+        "device",
+    );
+    finish(g);
+}
+
 #[test]
 fn from_memory_with_named_or_detected_format() {
     assert_eq!(init_ferrolite(), FERROLITE_OK);

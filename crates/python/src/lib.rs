@@ -6,7 +6,7 @@
 
 use ferrolite::{DType, Dim, IoInfo, SessionOptions, Tensor};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use std::sync::Arc;
@@ -156,9 +156,12 @@ fn to_numpy(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
     Ok(arr.unbind())
 }
 
-/// A loaded model: `Session(path_or_bytes, threads=0, disabled_passes=None)`.
+/// A loaded model: `Session(path_or_bytes, threads=0, disabled_passes=None, device="cpu")`.
 ///
-/// `threads=0` uses one worker per core. A session can be used from several Python threads at
+/// `threads=0` uses one worker per core. `device="gpu"` runs the subgraphs the GPU supports on
+/// it (a module built with the `gpu` feature) and the rest on the CPU; `"fake"`,
+/// `"fake:ops=Conv+Relu"`, `"fake:fail=run"` select the test suite's fake device. A subgraph the
+/// device cannot compile or run falls back to the CPU; `warnings` lists those. A session can be used from several Python threads at
 /// once; the GIL is released while the engine runs.
 #[pyclass(frozen, module = "ferrolite")]
 struct Session {
@@ -168,16 +171,21 @@ struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None))]
+    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None, device = "cpu"))]
     fn new(
         py: Python<'_>,
         path_or_bytes: &Bound<'_, PyAny>,
         threads: usize,
         disabled_passes: Option<Vec<String>>,
+        device: &str,
     ) -> PyResult<Session> {
+        let device: ferrolite::DeviceOption = device
+            .parse()
+            .map_err(|e: ferrolite::Error| PyValueError::new_err(e.to_string()))?;
         let options = SessionOptions {
             threads,
             disabled_passes: disabled_passes.unwrap_or_default(),
+            device,
             ..SessionOptions::default()
         };
         let session = if let Ok(b) = path_or_bytes.downcast::<PyBytes>() {
@@ -213,6 +221,13 @@ impl Session {
             .iter()
             .map(|i| node_arg(py, i))
             .collect()
+    }
+
+    /// Device fallbacks so far: each names a subgraph the device could not compile or run,
+    /// which then ran on the CPU.
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings()
     }
 
     /// Number of kernel worker threads.

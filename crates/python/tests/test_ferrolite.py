@@ -119,3 +119,17 @@ def test_threads_share_a_session():
         got = list(pool.map(lambda x: sess.run(None, {"x": x})[0], xs * 4))
     for i, g in enumerate(got):
         np.testing.assert_array_equal(g, want[i % 8])
+
+
+def test_device_option_places_subgraphs_and_falls_back():
+    x = np.linspace(-1, 1, 3 * 48 * 64, dtype=np.float32).reshape(1, 3, 48, 64)
+    want = ferrolite.Session(DEMO).run(None, {"x": x})[0]
+    for device in ["cpu", "fake", "fake:ops=Conv+Relu", "fake:fail=run", "fake:fail=compile"]:
+        sess = ferrolite.Session(DEMO, device=device)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, atol=1e-5)
+        if "fail" in device:
+            assert any("runs on the CPU" in w for w in sess.warnings), sess.warnings
+        else:
+            assert sess.warnings == []
+    with pytest.raises(ValueError, match="unknown device"):
+        ferrolite.Session(DEMO, device="tpu")
