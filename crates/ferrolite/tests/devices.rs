@@ -220,3 +220,54 @@ fn zoo_model_split_across_devices_gives_the_reference_outputs() {
     assert_eq!(load(&counters.runs), n);
     assert!(s.warnings().is_empty(), "{:?}", s.warnings());
 }
+
+/// The GPU device in a session: the shipped classifier runs on it and matches the CPU. Needs a
+/// GPU adapter (lavapipe is enough); without one the session warns and runs on the CPU, which
+/// this test reports, and fails when `FERROLITE_REQUIRE_GPU=1` (CI).
+#[cfg(feature = "gpu")]
+#[test]
+fn gpu_device_runs_the_classifier_like_the_cpu() {
+    let want = run(&session(DeviceOption::Cpu));
+    let s = session(DeviceOption::Gpu);
+    if s.device().is_none() {
+        let required = std::env::var("FERROLITE_REQUIRE_GPU").as_deref() == Ok("1");
+        assert!(
+            !required,
+            "FERROLITE_REQUIRE_GPU=1 but no GPU: {:?}",
+            s.warnings()
+        );
+        eprintln!("SKIPPED: no GPU ({:?})", s.warnings());
+        return;
+    }
+    let got = run(&s);
+    for (a, b) in got.iter().zip(&want) {
+        assert_eq!(a.shape(), b.shape());
+        for (x, y) in a.to_f64_vec().iter().zip(b.to_f64_vec()) {
+            assert!((x - y).abs() <= 1e-3 + 1e-3 * y.abs(), "{x} vs {y}");
+        }
+    }
+    assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+    let prepared = s.prerun(&[vec![1, 3, 48, 192]]).unwrap();
+    let report = prepared.partition.as_ref().unwrap();
+    assert_eq!(report.subgraphs.len(), 1, "{:?}", report.subgraphs);
+    assert!(report
+        .nodes
+        .iter()
+        .all(|n| n.placement == Placement::Device(0)));
+    // The same plan runs again (buffers are reused between runs).
+    let again = run(&s);
+    assert_eq!(again[0].to_f64_vec(), got[0].to_f64_vec());
+}
+
+/// Without the `gpu` feature, asking for the GPU is an error that says how to get it.
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn gpu_option_without_the_feature_is_a_clear_error() {
+    let err = Session::from_path(
+        MODEL,
+        SessionOptions::default().with_device(DeviceOption::Gpu),
+    )
+    .err()
+    .expect("no GPU device in this build");
+    assert!(err.to_string().contains("`gpu` feature"), "{err}");
+}

@@ -1,9 +1,9 @@
 //! ferrolite's GPU device: WGSL compute kernels on wgpu (Vulkan, Metal, DX12), in f32.
 //!
 //! The device compiles whole subgraphs (see `ferrolite_core::device`): at prerun each node of
-//! a subgraph is lowered to compute dispatches over device buffers ([`kernels`] says what each
-//! op becomes), weights are uploaded once, and every run is one command submission that
-//! writes the inputs, dispatches every kernel in order and copies the outputs back. `supports`
+//! a subgraph is lowered to compute dispatches over device buffers (the `kernels` module says
+//! what each op becomes), weights are uploaded once, and every run is one command submission
+//! that writes the inputs, dispatches every kernel in order and copies the outputs back. `supports`
 //! runs the same lowering without touching the GPU, so a node it accepts always compiles; its
 //! `Err` is the reason the node stays on the CPU (for `ferrolite explain`).
 //!
