@@ -328,6 +328,7 @@ fn matmul_gemm_and_fully_connected_match_the_reference() {
         (vec![7], vec![7, 4]),
         (vec![4, 7], vec![7]),
         (vec![1, 4, 16, 32], vec![1, 4, 32, 16]),
+        (vec![2, 33, 64], vec![64, 37]),
     ]
     .into_iter()
     .enumerate()

@@ -1,11 +1,12 @@
 //! Conv (plain, depthwise, grouped; 1-D and 2-D) and ConvTranspose, with the bias and the
 //! fused epilogue activation.
 //!
-//! Conv: each invocation computes one output pixel for a block of output channels of one
-//! group (4 when the group has a multiple of 4, else 1), so every input value it loads serves
-//! the whole block. The weights are laid out again at compile so a block's weights for one tap
-//! are adjacent: `[M/B][C/group][KH][KW][B]`.
+//! Conv: each invocation computes 4 adjacent output pixels of a row for a block of output
+//! channels of one group (4 when the group has a multiple of 4, else 1), so every input value
+//! it loads serves the whole block and every weight the 4 pixels. The weights are laid out again
+//! at compile so a block's weights for one tap are adjacent: `[M/B][C/group][KH][KW][B]`.
 
+use super::matmul::{self, Product};
 use super::{activation_fn, numel, u, Lowered, Node, Operand, Reason, Step};
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
@@ -48,6 +49,9 @@ fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
     let [oh, ow] = spatial2(&g.output, 1)?;
     let (n, ch, m, group) = (s.batch, s.in_channels, s.out_channels, s.group);
     let (cg, mg) = (ch / group, m / group);
+    if group == 1 && kh * kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 {
+        return pointwise_product(node, c, (n, ch, m, oh * ow));
+    }
     let block = if mg.is_multiple_of(4) { 4 } else { 1 };
     let weights = node.constant_f32(1, "W")?;
     let taps = kh * kw;
@@ -64,7 +68,7 @@ fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
         }
     }
     let bias: Vec<u32> = bias_data(node, m)?.iter().map(|v| v.to_bits()).collect();
-    let params = [
+    let mut params = [
         n,
         ch,
         h,
@@ -86,48 +90,62 @@ fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
     ]
     .iter()
     .map(|&v| u(v))
-    .collect();
+    .collect::<Vec<u32>>();
+    // Pixels per invocation along the row: 4 (a vec4 of accumulators per output channel).
+    let row_blocks = ow.div_ceil(4);
+    params.push(u(row_blocks));
     let body = format!(
         "{act}const B: u32 = {block}u;
 fn run(i: u32) {{
   let H = p[3]; let W = p[4]; let M = p[5]; let OH = p[6]; let OW = p[7];
   let KH = p[8]; let KW = p[9]; let Cg = p[16]; let Mg = p[17];
-  let ow = i % OW;
-  var t = i / OW;
+  let SW = i32(p[11]);
+  let owb = i % p[19];
+  var t = i / p[19];
   let oh = t % OH;
   t = t / OH;
   let mb = t % p[18];
   let n = t / p[18];
   let m0 = mb * B;
   let g = m0 / Mg;
-  var acc: array<f32, {block}>;
-  for (var j = 0u; j < B; j = j + 1u) {{ acc[j] = in2[m0 + j]; }}
+  let ow0 = owb * 4u;
+  // Pixels past the row's end compute on zeros and are not written.
+  let live = vec4<bool>(ow0 < OW, ow0 + 1u < OW, ow0 + 2u < OW, ow0 + 3u < OW);
+  var acc: array<vec4<f32>, {block}>;
+  for (var j = 0u; j < B; j = j + 1u) {{ acc[j] = vec4<f32>(in2[m0 + j]); }}
   let ih0 = i32(oh * p[10]) - i32(p[14]);
-  let iw0 = i32(ow * p[11]) - i32(p[15]);
+  let iw0 = i32(ow0 * p[11]) - i32(p[15]);
   for (var c = 0u; c < Cg; c = c + 1u) {{
     let xplane = ((n * p[2] + g * Cg + c) * H) * W;
     let wbase = ((mb * Cg + c) * KH * KW) * B;
     for (var ky = 0u; ky < KH; ky = ky + 1u) {{
       let ih = ih0 + i32(ky * p[12]);
       if (ih < 0 || ih >= i32(H)) {{ continue; }}
-      let xrow = xplane + u32(ih) * W;
+      let xrow = i32(xplane + u32(ih) * W);
       for (var kx = 0u; kx < KW; kx = kx + 1u) {{
-        let iw = iw0 + i32(kx * p[13]);
-        if (iw < 0 || iw >= i32(W)) {{ continue; }}
-        let xv = in0[xrow + u32(iw)];
+        let iw = vec4<i32>(iw0 + i32(kx * p[13])) + vec4<i32>(0, SW, 2 * SW, 3 * SW);
+        let ok = (iw >= vec4<i32>(0)) & (iw < vec4<i32>(i32(W))) & live;
+        // Clamped addresses keep every load in bounds; masked lanes read as 0.
+        let at = vec4<u32>(clamp(iw, vec4<i32>(0), vec4<i32>(i32(W) - 1)) + xrow);
+        let xv = select(vec4<f32>(0.0), vec4<f32>(in0[at.x], in0[at.y], in0[at.z], in0[at.w]), ok);
         let wi = wbase + (ky * KW + kx) * B;
         for (var j = 0u; j < B; j = j + 1u) {{ acc[j] = acc[j] + xv * in1[wi + j]; }}
       }}
     }}
   }}
   for (var j = 0u; j < B; j = j + 1u) {{
-    out[((n * M + m0 + j) * OH + oh) * OW + ow] = act(acc[j]);
+    let o = ((n * M + m0 + j) * OH + oh) * OW + ow0;
+    let a = acc[j];
+    out[o] = act(a.x);
+    if (live.y) {{ out[o + 1u] = act(a.y); }}
+    if (live.z) {{ out[o + 2u] = act(a.z); }}
+    if (live.w) {{ out[o + 3u] = act(a.w); }}
   }}
 }}
 ",
         act = activation_fn(c.activation),
     );
-    let threads = n * (m / block) * oh * ow;
+    let threads = n * (m / block) * oh * row_blocks;
     let step = Step::threads(
         threads,
         body,
@@ -140,6 +158,34 @@ fn run(i: u32) {{
         Operand::Output(0),
     );
     Ok(Lowered::steps(vec![step]))
+}
+
+/// A pointwise convolution (1x1, stride 1, no padding, no groups) is a matrix product per
+/// image, `W[M, C] x X[C, H*W]`, and runs on the matmul kernel (measured 1.7x faster than the
+/// direct kernel on lavapipe). Unfolding other kernels into a product (im2col) measured
+/// slower than the direct kernel, so they stay direct.
+fn pointwise_product(
+    node: &Node,
+    c: &Conv,
+    (n, ch, m, pixels): (usize, usize, usize, usize),
+) -> Result<Lowered, Reason> {
+    let bias = Operand::Data(Arc::new(
+        bias_data(node, m)?.iter().map(|v| v.to_bits()).collect(),
+    ));
+    let product = Product {
+        m,
+        n: pixels,
+        k: ch,
+        a: (ch, 1),
+        b: (pixels, 1),
+        c: Some((1, 0)),
+        alpha: 1.0,
+        beta: 1.0,
+        batches: (0..n).map(|i| (0, i * ch * pixels)).collect(),
+        activation: c.activation,
+        sources: (Operand::Input(1), Operand::Input(0), bias),
+    };
+    Ok(Lowered::steps(vec![matmul::step(product)]))
 }
 
 fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
