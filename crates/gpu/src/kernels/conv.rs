@@ -25,6 +25,12 @@ fn spatial2(v: &[usize], one: usize) -> Result<[usize; 2], Reason> {
     }
 }
 
+/// The sizes both convolution kernels read as `p[1..=17]`: N, C, H, W, M, OH, OW, KH, KW,
+/// the strides, dilations and begin pads (H then W), and the channels per group in and out.
+fn sizes_params(sizes: [usize; 17]) -> Vec<u32> {
+    sizes.iter().map(|&v| u(v)).collect()
+}
+
 fn bias_data(node: &Node, m: usize) -> Result<Vec<f32>, Reason> {
     if node.has(2) {
         let b = node.constant_f32(2, "bias")?;
@@ -68,29 +74,10 @@ fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
         }
     }
     let bias: Vec<u32> = bias_data(node, m)?.iter().map(|v| v.to_bits()).collect();
-    let mut params = [
-        n,
-        ch,
-        h,
-        wd,
-        m,
-        oh,
-        ow,
-        kh,
-        kw,
-        sh,
-        sw,
-        dh,
-        dw,
-        ph,
-        pw,
-        cg,
-        mg,
-        m / block,
-    ]
-    .iter()
-    .map(|&v| u(v))
-    .collect::<Vec<u32>>();
+    let mut params = sizes_params([
+        n, ch, h, wd, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, cg, mg,
+    ]);
+    params.push(u(m / block));
     // Pixels per invocation along the row: 4 (a vec4 of accumulators per output channel).
     let row_blocks = ow.div_ceil(4);
     params.push(u(row_blocks));
@@ -204,7 +191,7 @@ fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
     let [oh, ow] = spatial2(&s.output, 1)?;
     let (n, ch, m, group) = (s.batch, s.in_channels, s.out_channels, s.group);
     let bias: Vec<u32> = bias_data(node, m)?.iter().map(|v| v.to_bits()).collect();
-    let params = [
+    let params = sizes_params([
         n,
         ch,
         h,
@@ -222,10 +209,7 @@ fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
         pw,
         ch / group,
         m / group,
-    ]
-    .iter()
-    .map(|&v| u(v))
-    .collect();
+    ]);
     let body = format!(
         "{act}fn run(i: u32) {{
   let H = p[3]; let W = p[4]; let M = p[5]; let OH = p[6]; let OW = p[7];

@@ -167,6 +167,9 @@ impl<'a> Node<'a> {
     }
 }
 
+/// An op family's lowering: `None` for ops of other families.
+type Family = fn(&Node, &dyn std::any::Any) -> Result<Option<Lowered>, Reason>;
+
 /// Lowers one node, or says why the GPU cannot run it.
 pub(crate) fn lower(req: &KernelRequest, limits: &Limits) -> Result<Lowered, Reason> {
     check_types(req, limits)?;
@@ -174,26 +177,20 @@ pub(crate) fn lower(req: &KernelRequest, limits: &Limits) -> Result<Lowered, Rea
     let op = req.node.op.as_ref();
     let any = op.as_any();
     let name = op.name();
-    if let Some(l) = movement::lower(&node, any)? {
-        return Ok(l);
-    }
-    if let Some(l) = elementwise::lower(&node, any)? {
-        return Ok(l);
-    }
-    if let Some(l) = conv::lower(&node, any)? {
-        return Ok(l);
-    }
-    if let Some(l) = matmul::lower(&node, any)? {
-        return Ok(l);
-    }
-    if let Some(l) = pool::lower(&node, any)? {
-        return Ok(l);
-    }
-    if let Some(l) = normalize::lower(&node, any)? {
-        return Ok(l);
-    }
-    if let Some(l) = resize::lower(&node, any)? {
-        return Ok(l);
+    // Each family lowers the ops it knows and passes on the rest.
+    let families: [Family; 7] = [
+        movement::lower,
+        elementwise::lower,
+        conv::lower,
+        matmul::lower,
+        pool::lower,
+        normalize::lower,
+        resize::lower,
+    ];
+    for family in families {
+        if let Some(l) = family(&node, any)? {
+            return Ok(l);
+        }
     }
     Err(format!("op {name} has no GPU kernel"))
 }
