@@ -254,9 +254,16 @@ fn gpu_device_runs_the_classifier_like_the_cpu() {
         .nodes
         .iter()
         .all(|n| n.placement == Placement::Device(0)));
-    // The same plan runs again (buffers are reused between runs).
+    // The same plan runs again (buffers are reused between runs), also from several threads
+    // at once (runs on one device take turns).
     let again = run(&s);
     assert_eq!(again[0].to_f64_vec(), got[0].to_f64_vec());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4).map(|_| scope.spawn(|| run(&s))).collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap()[0].to_f64_vec(), got[0].to_f64_vec());
+        }
+    });
 }
 
 /// Without the `gpu` feature, asking for the GPU is an error that says how to get it.

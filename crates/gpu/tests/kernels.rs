@@ -845,3 +845,105 @@ fn chains_share_buffers_and_alias_reshapes_correctly() {
     c.outputs(&[fc[0], y2[0]]);
     c.check(1e-4);
 }
+
+/// What the GPU refuses, it refuses with a reason that names what is missing (the text
+/// `ferrolite explain` shows), and never by compiling something it cannot run.
+#[test]
+fn unsupported_nodes_are_refused_with_a_reason() {
+    use ferrolite_core::ops::shape::gather::Gather;
+    use ferrolite_core::DType;
+    let Some(gpu) = gpu() else { return };
+    let reason = |op: Arc<dyn Op>,
+                  inputs: Vec<(DType, Vec<usize>, Option<Tensor>)>,
+                  out: Vec<usize>,
+                  out_dtype: DType| {
+        let mut g = Graph::new();
+        let ids: Vec<Option<ValueId>> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, _, c))| {
+                Some(match c {
+                    Some(t) => g.add_constant(format!("c{i}"), t.clone()),
+                    None => g.add_value(format!("x{i}")),
+                })
+            })
+            .collect();
+        let y = g.add_op("n", op, ids, 1).unwrap();
+        let node = &g.nodes[0];
+        let infer: Vec<Option<ferrolite_core::InferInput>> = inputs
+            .iter()
+            .map(|(dtype, shape, c)| {
+                Some(ferrolite_core::InferInput {
+                    dtype: *dtype,
+                    shape,
+                    value: c.as_ref(),
+                })
+            })
+            .collect();
+        let outputs = [TensorInfo::new(out_dtype, out)];
+        let req = KernelRequest {
+            node,
+            inputs: &infer,
+            outputs: &outputs,
+        };
+        assert_eq!(y.len(), 1);
+        gpu.supports(&req)
+            .expect_err("the GPU should refuse this node")
+    };
+    let f16 = reason(
+        Arc::new(Unary {
+            kind: UnaryKind::Relu,
+        }),
+        vec![(DType::F16, vec![4], None)],
+        vec![4],
+        DType::F16,
+    );
+    assert!(f16.contains("f16") && f16.contains("f32"), "{f16}");
+    let gather = reason(
+        Arc::new(Gather::default()),
+        vec![(DType::F32, vec![5, 3], None), (DType::I64, vec![2], None)],
+        vec![2, 3],
+        DType::F32,
+    );
+    assert!(
+        gather.contains("i64") || gather.contains("Gather"),
+        "{gather}"
+    );
+    let conv3d = reason(
+        Arc::new(Conv::default()),
+        vec![
+            (DType::F32, vec![1, 2, 4, 4, 4], None),
+            (
+                DType::F32,
+                vec![3, 2, 1, 1, 1],
+                Some(rand(&[3, 2, 1, 1, 1], 1)),
+            ),
+        ],
+        vec![1, 3, 4, 4, 4],
+        DType::F32,
+    );
+    assert!(conv3d.contains("3-D"), "{conv3d}");
+    let hardmax = reason(
+        Arc::new(Softmax {
+            kind: SoftmaxKind::Hardmax,
+            ..Default::default()
+        }),
+        vec![(DType::F32, vec![2, 3], None)],
+        vec![2, 3],
+        DType::F32,
+    );
+    assert!(hardmax.contains("Hardmax"), "{hardmax}");
+    let dynamic_weights = reason(
+        Arc::new(conv_op(3, 1, 1, 1, 1, None)),
+        vec![
+            (DType::F32, vec![1, 2, 5, 5], None),
+            (DType::F32, vec![2, 2, 3, 3], None),
+        ],
+        vec![1, 2, 5, 5],
+        DType::F32,
+    );
+    assert!(
+        dynamic_weights.contains("not a constant"),
+        "{dynamic_weights}"
+    );
+}
