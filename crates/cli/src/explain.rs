@@ -70,7 +70,7 @@ fn copies(g: &GroupInfo) -> (usize, u64, usize, u64) {
     )
 }
 
-fn to_json(report: &PartitionReport, total: u64) -> String {
+fn to_json(report: &PartitionReport, total: u64, describe: &str) -> String {
     let (heavy_placed, heavy_total) = heavy_flops(report);
     let nodes: Vec<String> = report
         .nodes
@@ -102,20 +102,21 @@ fn to_json(report: &PartitionReport, total: u64) -> String {
         })
         .collect();
     format!(
-        "{{\"device\":{},\"min_ops\":{},\"flops\":{total},\"heavy_flops\":{heavy_total},\"heavy_flops_on_device\":{heavy_placed},\"nodes\":[{}],\"subgraphs\":[{}]}}\n",
+        "{{\"device\":{},\"description\":{},\"min_ops\":{},\"flops\":{total},\"heavy_flops\":{heavy_total},\"heavy_flops_on_device\":{heavy_placed},\"nodes\":[{}],\"subgraphs\":[{}]}}\n",
         json_str(&report.device),
+        json_str(describe),
         report.min_ops,
         nodes.join(","),
         subgraphs.join(",")
     )
 }
 
-fn to_text(report: &PartitionReport, total: u64) -> String {
+fn to_text(report: &PartitionReport, total: u64, describe: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "device {}: subgraphs of fewer than {} op(s) counted by work stay on the CPU\n",
-        report.device, report.min_ops
+        "device {describe}: subgraphs of fewer than {} op(s) counted by work stay on the CPU\n",
+        report.min_ops
     );
     let w = report
         .nodes
@@ -228,9 +229,9 @@ pub fn explain(session: &Session, shape_args: &[String], json: bool) -> Result<(
         });
     let total: u64 = report.nodes.iter().map(|n| n.flops).sum();
     if json {
-        print!("{}", to_json(&report, total));
+        print!("{}", to_json(&report, total, &device.describe()));
     } else {
-        print!("{}", to_text(&report, total));
+        print!("{}", to_text(&report, total, &device.describe()));
     }
     Ok(())
 }

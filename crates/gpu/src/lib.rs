@@ -55,6 +55,10 @@ impl Device for GpuDevice {
         "gpu"
     }
 
+    fn describe(&self) -> String {
+        format!("gpu: {}", self.adapter())
+    }
+
     fn supports(&self, req: &KernelRequest) -> std::result::Result<(), String> {
         kernels::lower(req, &self.gpu.limits).map(|_| ())
     }

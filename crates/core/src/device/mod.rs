@@ -29,6 +29,11 @@ pub trait Device: Send + Sync + Debug {
     /// The name nodes are placed under (`gpu`, `fake`); also the `--device` value.
     fn name(&self) -> &str;
 
+    /// What the device is, for people: the GPU's adapter and backend, for instance.
+    fn describe(&self) -> String {
+        self.name().to_string()
+    }
+
     /// Whether the device can run this node with these input and output types: `Err` gives
     /// the reason it cannot (op, attribute, dtype, shape), for `explain`.
     fn supports(&self, req: &KernelRequest) -> std::result::Result<(), String>;
