@@ -10,8 +10,8 @@
 //! Kernels: convolution (plain, depthwise, grouped; 1-D and 2-D) and ConvTranspose, MatMul,
 //! Gemm and FullyConnected with their fused epilogues, element-wise unary and binary ops with
 //! broadcasting and the common activations, BatchNormalization, Max/Average/global pooling,
-//! Concat, Split, Slice, Transpose, Reshape-like aliases, Softmax/LogSoftmax, Resize and
-//! LayerNormalization.
+//! Concat, Split, Slice, Transpose, Pad, Reshape-like aliases, Softmax/LogSoftmax, Resize,
+//! LayerNormalization and the Reduce ops.
 
 mod context;
 mod kernels;

@@ -815,6 +815,89 @@ fn resize_matches_the_reference() {
     );
 }
 
+#[test]
+fn reductions_match_the_reference() {
+    use ferrolite_core::ops::nn::reduce::{Reduce, ReduceKind};
+    let kinds = [
+        ReduceKind::Sum,
+        ReduceKind::Mean,
+        ReduceKind::Max,
+        ReduceKind::Min,
+        ReduceKind::Prod,
+        ReduceKind::L1,
+        ReduceKind::L2,
+        ReduceKind::SumSquare,
+        ReduceKind::LogSumExp,
+    ];
+    for (i, axes) in [vec![1], vec![-1], vec![0, 2], vec![1, 2, 3], vec![]]
+        .into_iter()
+        .enumerate()
+    {
+        for (k, &kind) in kinds.iter().enumerate() {
+            let op = Reduce {
+                kind,
+                axes: if axes.is_empty() {
+                    None
+                } else {
+                    Some(axes.clone())
+                },
+                keepdims: (i + k) % 2 == 0,
+                noop_with_empty_axes: false,
+            };
+            single(
+                op,
+                vec![Input(rand(&[2, 3, 4, 5], (i * 10 + k) as u64))],
+                1e-5,
+            );
+        }
+    }
+    // LogSum of positive values; axes as a constant input.
+    single(
+        Reduce {
+            kind: ReduceKind::LogSum,
+            ..Default::default()
+        },
+        vec![
+            Input(positive(&[3, 4], 1)),
+            Const(Tensor::from_slice(&[1], &[0i64]).unwrap()),
+        ],
+        1e-5,
+    );
+}
+
+#[test]
+fn pad_matches_the_reference_in_every_mode() {
+    use ferrolite_core::ops::shape::pad::{Pad, PadMode};
+    let pads = |v: &[i64]| Const(Tensor::from_slice(&[v.len()], v).unwrap());
+    for mode in [
+        PadMode::Constant,
+        PadMode::Reflect,
+        PadMode::Edge,
+        PadMode::Wrap,
+    ] {
+        for p in [
+            vec![0, 1, 2, 0, 2, 1],
+            vec![0, 0, 3, 0, 0, 3],
+            vec![1, -1, 1, 0, 2, -2],
+        ] {
+            let op = Pad {
+                mode,
+                pads: None,
+                value: 0.0,
+            };
+            single(
+                op,
+                vec![
+                    Input(rand(&[2, 4, 5], 3)),
+                    pads(&p),
+                    Const(Tensor::scalar(0.5f32)),
+                ],
+                0.0,
+            );
+        }
+    }
+}
+
 /// Several nodes in one subgraph: aliases, buffers shared by lifetime, two outputs.
 #[test]
 fn chains_share_buffers_and_alias_reshapes_correctly() {

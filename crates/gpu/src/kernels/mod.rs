@@ -16,6 +16,7 @@ mod matmul;
 mod movement;
 mod normalize;
 mod pool;
+mod reduce;
 mod resize;
 
 use ferrolite_core::ops::nn::activation::Activation;
@@ -178,13 +179,14 @@ pub(crate) fn lower(req: &KernelRequest, limits: &Limits) -> Result<Lowered, Rea
     let any = op.as_any();
     let name = op.name();
     // Each family lowers the ops it knows and passes on the rest.
-    let families: [Family; 7] = [
+    let families: [Family; 8] = [
         movement::lower,
         elementwise::lower,
         conv::lower,
         matmul::lower,
         pool::lower,
         normalize::lower,
+        reduce::lower,
         resize::lower,
     ];
     for family in families {

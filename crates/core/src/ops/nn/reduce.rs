@@ -47,7 +47,7 @@ impl Default for Reduce {
 }
 
 /// Resolved reduction: which axes (sorted), or `None` for the identity.
-fn resolve_axes(
+pub fn resolve_axes(
     r: &Reduce,
     axes_input: Option<&Tensor>,
     rank: usize,

@@ -42,7 +42,7 @@ pub struct Pad {
 
 impl Pad {
     /// Per axis (begin, end) pads for an input rank.
-    fn per_axis(
+    pub fn per_axis(
         &self,
         rank: usize,
         pads: Option<Vec<i64>>,
@@ -84,7 +84,7 @@ impl Pad {
     }
 
     /// For each output index along one axis, the source index (or `None` for the constant).
-    fn axis_map(&self, n: usize, b: i64, out_n: usize) -> OpResult<Vec<Option<usize>>> {
+    pub fn axis_map(&self, n: usize, b: i64, out_n: usize) -> OpResult<Vec<Option<usize>>> {
         // Negative pads crop first; positive pads then pad the cropped range.
         let (n_, b_, o_) = (n as i128, b as i128, out_n as i128);
         let e_ = o_ - n_ - b_;
