@@ -31,16 +31,20 @@ fn sizes_params(sizes: [usize; 17]) -> Vec<u32> {
     sizes.iter().map(|&v| u(v)).collect()
 }
 
-fn bias_data(node: &Node, m: usize) -> Result<Vec<f32>, Reason> {
-    if node.has(2) {
+/// The bias (zeros without one) as data for the kernels.
+fn bias_data(node: &Node, m: usize) -> Result<Operand, Reason> {
+    let bias = if node.has(2) {
         let b = node.constant_f32(2, "bias")?;
         if b.len() != m {
             return Err(format!("bias has {} values for {m} channels", b.len()));
         }
-        Ok(b)
+        b
     } else {
-        Ok(vec![0.0; m])
-    }
+        vec![0.0; m]
+    };
+    Ok(Operand::Data(Arc::new(
+        bias.iter().map(|v| v.to_bits()).collect(),
+    )))
 }
 
 fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
@@ -73,7 +77,7 @@ fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
             }
         }
     }
-    let bias: Vec<u32> = bias_data(node, m)?.iter().map(|v| v.to_bits()).collect();
+    let bias = bias_data(node, m)?;
     let mut params = sizes_params([
         n, ch, h, wd, m, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, cg, mg,
     ]);
@@ -137,11 +141,7 @@ fn run(i: u32) {{
         threads,
         body,
         params,
-        vec![
-            Operand::Input(0),
-            Operand::Data(Arc::new(relaid)),
-            Operand::Data(Arc::new(bias)),
-        ],
+        vec![Operand::Input(0), Operand::Data(Arc::new(relaid)), bias],
         Operand::Output(0),
     );
     Ok(Lowered::steps(vec![step]))
@@ -156,9 +156,7 @@ fn pointwise_product(
     c: &Conv,
     (n, ch, m, pixels): (usize, usize, usize, usize),
 ) -> Result<Lowered, Reason> {
-    let bias = Operand::Data(Arc::new(
-        bias_data(node, m)?.iter().map(|v| v.to_bits()).collect(),
-    ));
+    let bias = bias_data(node, m)?;
     let product = Product {
         m,
         n: pixels,
@@ -190,7 +188,7 @@ fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
     let [ph, pw] = spatial2(&pads, 0)?;
     let [oh, ow] = spatial2(&s.output, 1)?;
     let (n, ch, m, group) = (s.batch, s.in_channels, s.out_channels, s.group);
-    let bias: Vec<u32> = bias_data(node, m)?.iter().map(|v| v.to_bits()).collect();
+    let bias = bias_data(node, m)?;
     let params = sizes_params([
         n,
         ch,
@@ -251,11 +249,7 @@ fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
         numel(&s.output_shape()),
         body,
         params,
-        vec![
-            Operand::Input(0),
-            Operand::Input(1),
-            Operand::Data(Arc::new(bias)),
-        ],
+        vec![Operand::Input(0), Operand::Input(1), bias],
         Operand::Output(0),
     );
     Ok(Lowered::steps(vec![step]))

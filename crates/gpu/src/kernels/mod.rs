@@ -20,6 +20,7 @@ mod reduce;
 mod resize;
 
 use ferrolite_core::ops::nn::activation::Activation;
+pub(crate) use ferrolite_core::ops::util::strides;
 use ferrolite_core::plan::KernelRequest;
 use ferrolite_core::{DType, TensorInfo};
 use std::sync::Arc;
@@ -78,6 +79,20 @@ pub(crate) struct Step {
 }
 
 impl Step {
+    /// One workgroup per item (for reductions over rows).
+    pub(crate) fn groups(
+        n: usize,
+        body: String,
+        params: Vec<u32>,
+        reads: Vec<Operand>,
+        write: Operand,
+    ) -> Step {
+        Step {
+            grid: Grid::Groups(n as u64),
+            ..Step::threads(0, body, params, reads, write)
+        }
+    }
+
     pub(crate) fn threads(
         n: usize,
         body: String,
@@ -265,15 +280,6 @@ pub(crate) fn activation_fn(a: Option<Activation>) -> String {
         Some(Activation::Sigmoid) => "1.0 / (1.0 + exp(-x))".to_string(),
     };
     format!("fn act(x: f32) -> f32 {{ return {body}; }}\n")
-}
-
-/// Row-major strides.
-pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
 }
 
 pub(crate) fn numel(shape: &[usize]) -> usize {

@@ -2,7 +2,7 @@
 //! workgroup (64 lanes stride over it and combine through workgroup memory); Softmax over an
 //! inner axis runs one invocation per row.
 
-use super::{u, Grid, Lowered, Node, Operand, Reason, Step};
+use super::{u, Lowered, Node, Operand, Reason, Step};
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::nn::norm::LayerNorm;
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
@@ -41,12 +41,7 @@ fn softmax(node: &Node, s: &Softmax) -> Result<Lowered, Reason> {
         SoftmaxKind::Hardmax => return Err("Hardmax".into()),
     };
     let x = node.shape(0)?;
-    let rank = x.len() as i64;
-    let axis = if s.legacy_2d && s.axis < 0 && s.axis >= -rank {
-        (s.axis + rank) as usize
-    } else {
-        normalize_axis(s.axis, x.len()).map_err(|e| e.to_string())?
-    };
+    let axis = normalize_axis(s.axis, x.len()).map_err(|e| e.to_string())?;
     let outer: usize = x[..axis].iter().product();
     let (len, inner) = if s.legacy_2d {
         (x[axis..].iter().product(), 1)
@@ -76,14 +71,13 @@ fn softmax(node: &Node, s: &Softmax) -> Result<Lowered, Reason> {
 }}
 "
         );
-        let mut step = Step::threads(
-            0,
+        let step = Step::groups(
+            outer,
             body,
             vec![u(len)],
             vec![Operand::Input(0)],
             Operand::Output(0),
         );
-        step.grid = Grid::Groups(outer as u64);
         return Ok(Lowered::steps(vec![step]));
     }
     let body = format!(
@@ -167,14 +161,13 @@ fn layer_norm(node: &Node, ln: &LayerNorm) -> Result<Lowered, Reason> {
     if has_bias {
         reads.push(Operand::Input(2));
     }
-    let mut step = Step::threads(
-        0,
+    let step = Step::groups(
+        rows,
         body,
         vec![u(cols), (ln.epsilon as f32).to_bits()],
         reads,
         Operand::Output(0),
     );
-    step.grid = Grid::Groups(rows as u64);
     Ok(Lowered::steps(vec![step]))
 }
 
