@@ -114,6 +114,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let report = Report {
         model: a.model,
         threads: session.threads(),
+        isa: session.isa().name(),
         load,
         prerun,
         first,
@@ -260,6 +261,8 @@ fn profile_rows(prepared: &Prepared, profile: &Profile) -> ProfileRows {
 struct Report<'a> {
     model: &'a Path,
     threads: usize,
+    /// The CPU kernels' instruction set.
+    isa: &'static str,
     load: Duration,
     prerun: Duration,
     first: Duration,
@@ -289,11 +292,12 @@ impl Report<'_> {
         let _ = writeln!(o, "model    {}", self.model.display());
         let _ = writeln!(
             o,
-            "setup    load {:.3} ms  prerun {:.3} ms  first run {:.3} ms  ({} thread(s))",
+            "setup    load {:.3} ms  prerun {:.3} ms  first run {:.3} ms  ({} thread(s), isa {})",
             ms(self.load),
             ms(self.prerun),
             ms(self.first),
-            self.threads
+            self.threads,
+            self.isa
         );
         let _ = writeln!(
             o,
@@ -366,12 +370,13 @@ impl Report<'_> {
     fn json(&self) -> String {
         let s = &self.stats;
         let mut o = format!(
-            "{{\"model\":{},\"threads\":{},\"load_ms\":{:.6},\"prerun_ms\":{:.6},\
+            "{{\"model\":{},\"threads\":{},\"isa\":{},\"load_ms\":{:.6},\"prerun_ms\":{:.6},\
              \"first_run_ms\":{:.6},\"runs\":{},\"latency_ms\":{{\"min\":{:.6},\"median\":{:.6},\
              \"mean\":{:.6},\"p90\":{:.6},\"max\":{:.6}}},\"peak_rss_bytes\":{},\"flops\":{},\
              \"memory\":{}",
             json_str(&self.model.display().to_string()),
             self.threads,
+            json_str(self.isa),
             ms(self.load),
             ms(self.prerun),
             ms(self.first),

@@ -1,9 +1,11 @@
-//! `ferrolite explain`: where each node runs on the session's device, and why.
+//! `ferrolite explain`: where each node runs on the session's device, and why; and for the
+//! nodes on the CPU, the kernel its registry picked and why not the others.
 
 use crate::check::json_str;
 use crate::inputs::shapes_for;
 use ferrolite::core::passes::partition::{GroupInfo, Placement};
-use ferrolite::{Error, PartitionReport, Result, Session};
+use ferrolite::core::registry::Verdict;
+use ferrolite::{PartitionReport, Prepared, Result, Session};
 use std::fmt::Write as _;
 
 /// The ops whose FLOPs the device placement is judged by.
@@ -70,7 +72,73 @@ fn copies(g: &GroupInfo) -> (usize, u64, usize, u64) {
     )
 }
 
-fn to_json(report: &PartitionReport, total: u64, describe: &str) -> String {
+/// The CPU's kernel per plan step, with the entries it passed over.
+fn cpu_text(prepared: &Prepared, describe: &str) -> String {
+    let mut out = String::new();
+    let steps = &prepared.plan.steps;
+    let w = steps
+        .iter()
+        .map(|s| s.node.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let _ = writeln!(out, "kernels on {describe}:");
+    let _ = writeln!(out, "{:<w$}  {:<22} kernel", "node", "op");
+    for s in steps {
+        let _ = writeln!(
+            out,
+            "{:<w$}  {:<22} {}",
+            s.node.name,
+            s.node.op.name(),
+            s.kernel.name()
+        );
+        for c in s.considered.iter().filter(|c| c.verdict != Verdict::Picked) {
+            let _ = writeln!(out, "{:<w$}    passed over: {c}", "");
+        }
+    }
+    out
+}
+
+fn cpu_json(prepared: &Prepared, describe: &str) -> String {
+    let nodes: Vec<String> = prepared
+        .plan
+        .steps
+        .iter()
+        .map(|s| {
+            let considered: Vec<String> = s
+                .considered
+                .iter()
+                .map(|c| {
+                    let (verdict, why) = match &c.verdict {
+                        Verdict::Picked => ("picked", ""),
+                        Verdict::Rejected(why) => ("rejected", why.as_str()),
+                        Verdict::NotTried => ("not tried", ""),
+                    };
+                    format!(
+                        "{{\"kernel\":{},\"verdict\":{},\"why\":{}}}",
+                        json_str(c.kernel),
+                        json_str(verdict),
+                        json_str(why)
+                    )
+                })
+                .collect();
+            format!(
+                "{{\"node\":{},\"op\":{},\"kernel\":{},\"considered\":[{}]}}",
+                json_str(&s.node.name),
+                json_str(s.node.op.name()),
+                json_str(s.kernel.name()),
+                considered.join(",")
+            )
+        })
+        .collect();
+    format!(
+        "{{\"backend\":{},\"nodes\":[{}]}}",
+        json_str(describe),
+        nodes.join(",")
+    )
+}
+
+fn to_json(report: &PartitionReport, total: u64, describe: &str, cpu: &str) -> String {
     let (heavy_placed, heavy_total) = heavy_flops(report);
     let nodes: Vec<String> = report
         .nodes
@@ -102,7 +170,7 @@ fn to_json(report: &PartitionReport, total: u64, describe: &str) -> String {
         })
         .collect();
     format!(
-        "{{\"device\":{},\"description\":{},\"min_ops\":{},\"flops\":{total},\"heavy_flops\":{heavy_total},\"heavy_flops_on_device\":{heavy_placed},\"nodes\":[{}],\"subgraphs\":[{}]}}\n",
+        "{{\"device\":{},\"description\":{},\"min_ops\":{},\"flops\":{total},\"heavy_flops\":{heavy_total},\"heavy_flops_on_device\":{heavy_placed},\"nodes\":[{}],\"subgraphs\":[{}],\"cpu\":{cpu}}}\n",
         json_str(&report.device),
         json_str(describe),
         report.min_ops,
@@ -212,14 +280,21 @@ fn to_text(report: &PartitionReport, total: u64, describe: &str) -> String {
 }
 
 pub fn explain(session: &Session, shape_args: &[String], json: bool) -> Result<()> {
-    let Some(device) = session.device() else {
-        return Err(Error::Other(
-            "explain needs a device (--device gpu or fake); with the CPU alone every node runs on the CPU"
-                .into(),
-        ));
-    };
     let shapes = shapes_for(session, shape_args)?;
     let prepared = session.prerun(&shapes)?;
+    let cpu = session.cpu_description();
+    let Some(device) = session.device() else {
+        // The CPU alone: every node runs there; say which kernel.
+        if json {
+            println!(
+                "{{\"device\":\"cpu\",\"cpu\":{}}}",
+                cpu_json(&prepared, &cpu)
+            );
+        } else {
+            print!("{}", cpu_text(&prepared, &cpu));
+        }
+        return Ok(());
+    };
     let report = prepared
         .partition
         .clone()
@@ -229,9 +304,11 @@ pub fn explain(session: &Session, shape_args: &[String], json: bool) -> Result<(
         });
     let total: u64 = report.nodes.iter().map(|n| n.flops).sum();
     if json {
-        print!("{}", to_json(&report, total, &device.describe()));
+        let cpu = cpu_json(&prepared, &cpu);
+        print!("{}", to_json(&report, total, &device.describe(), &cpu));
     } else {
         print!("{}", to_text(&report, total, &device.describe()));
+        print!("\n{}", cpu_text(&prepared, &cpu));
     }
     Ok(())
 }

@@ -58,6 +58,10 @@ struct EngineArgs {
     /// Subgraphs smaller than this many ops (counted by work) stay on the CPU.
     #[arg(long, value_name = "N")]
     min_subgraph_ops: Option<u64>,
+    /// The CPU kernels' instruction set: portable or avx2 (default: FERROLITE_ISA, else the
+    /// best this CPU has).
+    #[arg(long, value_name = "ISA")]
+    isa: Option<String>,
 }
 
 impl EngineArgs {
@@ -73,6 +77,7 @@ impl EngineArgs {
             pin_threads: !self.no_pin,
             device: self.device.parse()?,
             partition,
+            isa: self.isa.clone(),
         })
     }
 }
@@ -193,8 +198,9 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
-    /// Where every node runs on a device and why: placements, subgraphs with their sizes and
-    /// FLOP shares, and the host/device copies.
+    /// Where every node runs and why: with a device, placements, subgraphs with their sizes and
+    /// FLOP shares, and the host/device copies; for the CPU, each node's kernel and the
+    /// kernels passed over, with the reason.
     Explain {
         model: PathBuf,
         /// Paddle parameters: combined params file, or folder of per-variable files.

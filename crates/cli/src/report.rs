@@ -124,6 +124,7 @@ fn sanitize(name: &str) -> String {
 pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
     let model = session.model();
     println!("format   {} (producer '{}')", model.format, model.producer);
+    println!("backend  {}", session.cpu_description());
     for (domain, v) in &model.opsets {
         let d = if domain.is_empty() { "ai.onnx" } else { domain };
         println!("opset    {d} {v}");

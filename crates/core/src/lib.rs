@@ -14,6 +14,7 @@ pub mod op;
 pub mod ops;
 pub mod passes;
 pub mod plan;
+pub mod registry;
 pub mod tensor;
 
 pub use dtype::{DType, DTypeSet, Elem};

@@ -6,6 +6,7 @@
 
 use crate::infer::{check_results, infer_node, node_error};
 use crate::op::InferInput;
+use crate::registry::{Considered, Selection};
 use crate::{Error, Graph, Node, Op, OpResult, Result, Storage, Tensor, TensorInfo, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
@@ -74,6 +75,28 @@ pub struct KernelRequest<'a> {
 /// Supplies optimised kernels for a device. Returning `None` falls back to the reference.
 pub trait KernelProvider: Send + Sync {
     fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>>;
+
+    /// The kernel with the candidates considered for it (see [`crate::registry`]); the plan
+    /// keeps them for `explain`. Providers without a registry report none.
+    fn select(&self, req: &KernelRequest) -> Result<Selection<Box<dyn Kernel>>> {
+        Ok(Selection {
+            kernel: self.kernel(req)?,
+            considered: Vec::new(),
+        })
+    }
+}
+
+/// A backend as a unit: the passes it adds after the device-independent ones (its layouts,
+/// its fusions) and the kernels it picks per node.
+pub trait Backend: KernelProvider {
+    /// A short name ("cpu").
+    fn name(&self) -> &str;
+
+    /// What it runs on, for `info`, `bench` and `explain` ("cpu, avx2+fma").
+    fn describe(&self) -> String;
+
+    /// Its passes, run after the device-independent pipeline, in order.
+    fn passes(&self) -> Vec<Box<dyn crate::passes::Pass>>;
 }
 
 /// A provider with no kernels: every node runs its reference implementation.
@@ -116,6 +139,8 @@ impl SlotTable {
 pub struct Step {
     pub node: Node,
     pub kernel: Box<dyn Kernel>,
+    /// The kernels the provider considered for this node and why it passed over the others.
+    pub considered: Vec<Considered>,
     inputs: Vec<Option<usize>>,
     outputs: Vec<usize>,
     /// Planned output types; `None` for a dynamic step.
@@ -350,8 +375,8 @@ impl Plan {
                 .map(|&o| slots.get(o, SlotKind::Temp, None))
                 .collect();
             let is_dynamic = dynamic.contains(&node.name);
-            let (kernel, output_types): (Box<dyn Kernel>, _) = if is_dynamic {
-                (Box::new(ReferenceKernel(node.op.clone())), None)
+            let (kernel, considered, output_types): (Box<dyn Kernel>, _, _) = if is_dynamic {
+                (Box::new(ReferenceKernel(node.op.clone())), Vec::new(), None)
             } else {
                 let infer_inputs = graph.infer_inputs(node);
                 let outputs: Vec<TensorInfo> =
@@ -369,17 +394,24 @@ impl Plan {
                     outputs: &outputs,
                 };
                 let picked = match provider {
-                    Some(p) => p.kernel(&req)?,
-                    None => None,
+                    Some(p) => p.select(&req)?,
+                    None => Selection {
+                        kernel: None,
+                        considered: Vec::new(),
+                    },
                 };
                 (
-                    picked.unwrap_or_else(|| Box::new(ReferenceKernel(node.op.clone()))),
+                    picked
+                        .kernel
+                        .unwrap_or_else(|| Box::new(ReferenceKernel(node.op.clone()))),
+                    picked.considered,
                     Some(outputs),
                 )
             };
             steps.push(Step {
                 node: node.clone(),
                 kernel,
+                considered,
                 inputs: ins,
                 outputs: outs,
                 output_types,

@@ -6,15 +6,18 @@
 //! Spatial ranks 1 to 3 are handled by viewing them as 3-D with leading size-1 dimensions.
 //! Output columns are processed in blocks so the im2col buffer stays in cache.
 
+use crate::backend::{built, constant, shape, Registry, Req};
+use crate::fast::f32_shape;
 use crate::gemm::{PackedMatrix, Side};
 use crate::scratch::{grown, with_taken};
 use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
 use crate::stride2;
-use crate::winograd::{WinogradKernel, WinogradTile};
+use crate::winograd::WinogradKernel;
 use crate::Sgemm;
-use ferrolite_core::ops::linalg::conv::ConvShapes;
-use ferrolite_core::ops::nn::activation::Activation;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
+use ferrolite_core::ops::linalg::conv::{Conv, ConvShapes};
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -73,7 +76,7 @@ pub struct ConvKernel {
     subsample: bool,
     /// 2-D: B panels packed from phase planes (see [`PhasePlanes`]) instead of im2col rows.
     phases: Option<PhasePlanes>,
-    activation: Option<Activation>,
+    activation: Option<UnaryKind>,
 }
 
 /// A 2-D convolution's input rearranged so that every im2col row is a few contiguous runs:
@@ -85,6 +88,7 @@ pub struct ConvKernel {
 /// spent a quarter of a conv's time on.
 #[derive(Debug)]
 struct PhasePlanes {
+    isa: crate::isa::Isa,
     sh: usize,
     sw: usize,
     hq: usize,
@@ -100,7 +104,7 @@ const PHASE_MAX_FLOATS: usize = 1 << 26;
 
 impl PhasePlanes {
     /// `None` unless the convolution is 2-D (and its planes fit [`PHASE_MAX_FLOATS`]).
-    fn new(geo: &Geo3, s: &ConvShapes, cg: usize) -> Option<PhasePlanes> {
+    fn new(isa: crate::isa::Isa, geo: &Geo3, s: &ConvShapes, cg: usize) -> Option<PhasePlanes> {
         if s.geometry.input.len() != 2 {
             return None;
         }
@@ -126,6 +130,7 @@ impl PhasePlanes {
             }
         }
         Some(PhasePlanes {
+            isa,
             sh,
             sw,
             hq,
@@ -167,7 +172,7 @@ impl PhasePlanes {
                         let (d0, d1) = (&mut p0[..wq], &mut p1[..wq]);
                         d0.fill(0.0);
                         d1.fill(0.0);
-                        stride2::split_padded_row(src, pl, d0, d1);
+                        stride2::split_padded_row(self.isa, src, pl, d0, d1);
                     } else {
                         for b in 0..sw {
                             let at = row(b);
@@ -192,8 +197,8 @@ impl PhasePlanes {
     /// are zeros. Compiled for AVX2 where the CPU has it (sixteen values are two moves).
     fn pack(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if crate::sgemm::Isa::detect() == crate::sgemm::Isa::Avx2Fma {
-            // SAFETY: the CPU has AVX2 (checked by detect), the only requirement of the
+        if self.isa == crate::isa::Isa::Avx2Fma {
+            // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then), the only requirement of the
             // target_feature function, whose body is safe code.
             unsafe { self.pack_avx2(xp, ow, p0, np, buf) };
             return;
@@ -324,36 +329,69 @@ pub(crate) fn bias_input<'a>(
     }
 }
 
-/// The best kernel for a Conv: depthwise direct, or im2col/pointwise GEMM. `None` when the
-/// shapes fall outside what these kernels handle.
-pub fn build(
-    gemm: Sgemm,
-    s: ConvShapes,
-    activation: Option<Activation>,
-    x_shape: &[usize],
-    w_shape: &[usize],
-    w_value: Option<&Tensor>,
-) -> OpResult<Option<Box<dyn Kernel>>> {
-    if let Some(k) =
-        crate::depthwise::DepthwiseKernel::new(gemm.isa, &s, activation, x_shape, w_shape, w_value)
-    {
-        return Ok(Some(Box::new(k)));
-    }
-    // 3x3 stride-1 convs big enough for it (the rule is `ConvShapes::winograd_tile`).
-    if let Some(t) = s.winograd_tile() {
-        let tile = if t == 4 {
-            WinogradTile::F4
-        } else {
-            WinogradTile::F2
-        };
-        if let Some(k) = WinogradKernel::new(gemm, tile, &s, activation, x_shape, w_value)? {
-            return Ok(Some(Box::new(k)));
+/// The Conv kernels, best first: depthwise direct, Winograd where it pays
+/// ([`crate::winograd::tile_for`]), then im2col / pointwise GEMM.
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Conv>(
+        "cpu.conv.depthwise",
+        "Conv",
+        30,
+        DTypes::AllF32,
+        Layout::Plain,
+        |c, r| {
+            let (x, w, s) = conv_shapes(c, r)?;
+            let k = crate::depthwise::DepthwiseKernel::new(
+                r.cx.isa,
+                &s,
+                c.activation,
+                x,
+                w,
+                constant(r.req, 1),
+            );
+            built(Ok(k), "a depthwise 2-D convolution with constant weights")
+        },
+    );
+    r.add::<Conv>(
+        "cpu.conv.winograd",
+        "Conv",
+        20,
+        DTypes::AllF32,
+        Layout::Plain,
+        |c, r| {
+            let (x, _, s) = conv_shapes(c, r)?;
+            let tile = crate::winograd::tile_for(&s)
+                .ok_or("needs a 3x3 stride-1 convolution big enough for Winograd to pay")?;
+            let k = WinogradKernel::new(r.cx.gemm, tile, &s, c.activation, x, constant(r.req, 1));
+            built(k, "constant weights")
+        },
+    );
+    r.add::<Conv>(
+        "cpu.conv.gemm",
+        "Conv",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |c, r| {
+            let (x, w, s) = conv_shapes(c, r)?;
+            let k = ConvKernel::new(r.cx.gemm, s, c.activation, x, w, constant(r.req, 1));
+            built(k, "a 1-D, 2-D or 3-D convolution")
+        },
+    );
+}
+
+/// The input and weight shapes and the Conv's shapes, with a bias of the right size.
+fn conv_shapes<'a>(
+    c: &Conv,
+    r: &Req<'_, 'a>,
+) -> Result<(&'a [usize], &'a [usize], ConvShapes), String> {
+    let (x, w) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
+    let s = c.shapes(x, w).map_err(|e| e.to_string())?;
+    if let Some(b) = shape(r.req, 2) {
+        if b.iter().product::<usize>() != s.out_channels {
+            return Err(format!("needs a bias of {} values", s.out_channels));
         }
     }
-    Ok(
-        ConvKernel::new(gemm, s, activation, x_shape, w_shape, w_value)?
-            .map(|k| Box::new(k) as Box<dyn Kernel>),
-    )
+    Ok((x, w, s))
 }
 
 impl ConvKernel {
@@ -361,7 +399,7 @@ impl ConvKernel {
     pub fn new(
         gemm: Sgemm,
         s: ConvShapes,
-        activation: Option<Activation>,
+        activation: Option<UnaryKind>,
         x_shape: &[usize],
         w_shape: &[usize],
         w_value: Option<&Tensor>,
@@ -397,7 +435,7 @@ impl ConvKernel {
         let y_shape = s.output_shape();
         let phases = match pointwise || subsample {
             true => None,
-            false => PhasePlanes::new(&geo, &s, s.in_channels / s.group),
+            false => PhasePlanes::new(gemm.isa, &geo, &s, s.in_channels / s.group),
         };
         Ok(Some(ConvKernel {
             gemm,
@@ -504,7 +542,7 @@ impl ConvKernel {
                                     if hi > lo {
                                         let start = (first + (lo * s2) as isize) as usize;
                                         let taps = &row[start..=start + (hi - lo - 1) * s2];
-                                        gather_strided(&mut seg[lo..hi], taps, s2);
+                                        gather_strided(self.gemm.isa, &mut seg[lo..hi], taps, s2);
                                     }
                                 }
                             }
@@ -631,7 +669,7 @@ impl Kernel for ConvKernel {
                 let plane = |(src, dst): (&[f32], &mut [f32])| {
                     for (oy, out) in dst.chunks_exact_mut(ow).enumerate().take(oh) {
                         let row = &src[oy * sh * iw..][..(ow - 1) * sw + 1];
-                        gather_strided(out, row, sw);
+                        gather_strided(self.gemm.isa, out, row, sw);
                     }
                 };
                 if par {
@@ -730,9 +768,9 @@ impl Kernel for ConvKernel {
 /// of line, so the loop gets its own registers; stride 2 (the common case) takes the
 /// shuffle-based even split.
 #[inline(never)]
-fn gather_strided(dst: &mut [f32], src: &[f32], stride: usize) {
+fn gather_strided(isa: crate::isa::Isa, dst: &mut [f32], src: &[f32], stride: usize) {
     if stride == 2 {
-        crate::stride2::evens(src, dst);
+        crate::stride2::evens(isa, src, dst);
     } else {
         for (t, d) in dst.iter_mut().enumerate() {
             *d = src[t * stride];

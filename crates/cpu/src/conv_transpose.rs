@@ -2,12 +2,16 @@
 //! `col[Mg * k, H * W] = W_g^T * X_g` (W prepacked when constant), then every column entry
 //! is added to the output position it lands on; bias and activation follow in one pass.
 
+use crate::backend::{built, constant, Registry};
+use crate::fast::f32_shape;
 use crate::gemm::{Gemm, MatRef, PackedMatrix, Side};
 use crate::sgemm::{activate, Problem, Src};
 use crate::Sgemm;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
+use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTransposeShapes;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
@@ -20,7 +24,7 @@ pub struct ConvTransposeKernel {
     y_shape: Vec<usize>,
     /// Per group, `W_g^T` (`[Mg * k, Cg]`) packed as the left operand.
     packed: Option<Vec<PackedMatrix>>,
-    activation: Option<Activation>,
+    activation: Option<UnaryKind>,
 }
 
 impl ConvTransposeKernel {
@@ -28,7 +32,7 @@ impl ConvTransposeKernel {
     pub fn new(
         gemm: Sgemm,
         s: ConvTransposeShapes,
-        activation: Option<Activation>,
+        activation: Option<UnaryKind>,
         x_shape: &[usize],
         w_shape: &[usize],
         w_value: Option<&Tensor>,
@@ -172,4 +176,21 @@ impl Kernel for ConvTransposeKernel {
     fn name(&self) -> &str {
         "cpu.conv_transpose"
     }
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<ConvTranspose>(
+        "cpu.conv_transpose",
+        "ConvTranspose",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |c, r| {
+            let x = f32_shape(r.req, 0)?;
+            let w = f32_shape(r.req, 1)?;
+            let s = c.shapes(x, w).map_err(|e| e.to_string())?;
+            let k = ConvTransposeKernel::new(r.cx.gemm, s, c.activation, x, w, constant(r.req, 1));
+            built(k, "a 2-D transposed convolution")
+        },
+    );
 }

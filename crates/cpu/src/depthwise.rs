@@ -11,8 +11,8 @@
 
 use crate::sgemm::{activate, Isa};
 use crate::stride2;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 use rayon::prelude::*;
@@ -58,7 +58,7 @@ pub struct DepthwiseKernel {
     x_shape: Vec<usize>,
     w_shape: Vec<usize>,
     y_shape: Vec<usize>,
-    activation: Option<Activation>,
+    activation: Option<UnaryKind>,
     /// Take the channel-blocked path.
     blocked: bool,
     /// Constant weights repacked as `[block][taps][LANES]` (channel-blocked path).
@@ -84,7 +84,7 @@ impl DepthwiseKernel {
     pub fn new(
         isa: Isa,
         s: &ConvShapes,
-        activation: Option<Activation>,
+        activation: Option<UnaryKind>,
         x_shape: &[usize],
         w_shape: &[usize],
         w_value: Option<&Tensor>,
@@ -241,11 +241,12 @@ fn copy_row(dst: &mut [f32], src: &[f32]) {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn plane<const AVX: bool>(
+    isa: Isa,
     p: &Plane,
     x: &[f32],
     w: &[f32],
     bias: f32,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
     y: &mut [f32],
     scratch: &mut PlaneScratch,
 ) {
@@ -259,7 +260,7 @@ fn plane<const AVX: bool>(
             copy_row(&mut row[p.pl..p.pl + p.iw], src);
         } else if sw == 2 {
             let (ph0, ph1) = row.split_at_mut(lp);
-            stride2::split_padded_row(src, p.pl, ph0, ph1);
+            stride2::split_padded_row(isa, src, p.pl, ph0, ph1);
         } else {
             // Phase r holds padded columns r, r + sw, ...; no division per element.
             for (r, dst) in row.chunks_exact_mut(lp).enumerate() {
@@ -335,11 +336,11 @@ unsafe fn plane_avx2(
     x: &[f32],
     w: &[f32],
     bias: f32,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
     y: &mut [f32],
     scratch: &mut PlaneScratch,
 ) {
-    plane::<true>(p, x, w, bias, act, y, scratch)
+    plane::<true>(Isa::Avx2Fma, p, x, w, bias, act, y, scratch)
 }
 
 /// [`weighted_taps`] for nine taps: four vectors of outputs at a time, then single vectors,
@@ -598,7 +599,7 @@ fn blocked<const AVX: bool>(
     x: &[f32],
     w: &[Lanes],
     bias: &Lanes,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
     y: &mut [f32],
     nc: usize,
     buf: &mut Vec<f32>,
@@ -653,7 +654,7 @@ unsafe fn blocked_avx2(
     x: &[f32],
     w: &[Lanes],
     bias: &Lanes,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
     y: &mut [f32],
     nc: usize,
     buf: &mut Vec<f32>,
@@ -709,7 +710,7 @@ impl Kernel for DepthwiseKernel {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
                 Isa::Avx2Fma => unsafe { plane_avx2(&p, x, w, b, act, out, scratch) },
-                Isa::Portable => plane::<false>(&p, x, w, b, act, out, scratch),
+                Isa::Portable => plane::<false>(Isa::Portable, &p, x, w, b, act, out, scratch),
             }
         };
         // About 64K multiply-adds per task.
@@ -793,8 +794,7 @@ mod bench {
     #[test]
     #[ignore]
     fn depthwise_speed() {
-        #[cfg(target_arch = "x86_64")]
-        if !is_x86_feature_detected!("fma") {
+        if Isa::detect() == Isa::Portable {
             return;
         }
         let start = std::time::Instant::now();

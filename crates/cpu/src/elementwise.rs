@@ -5,68 +5,113 @@
 //! which each operand is either a vector or a scalar; the inner loops are plain slice zips that
 //! autovectorise.
 
+use crate::backend::{Built, Registry, Req};
 use crate::fast::{
     f32_shape, for_chunks, in_place_steps, input, output, try_for_chunks, IN_PLACE_STEP,
 };
+use crate::isa::Isa;
 use crate::math;
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::clip::Clip;
 use ferrolite_core::ops::elementwise::unary::{Unary, UnaryKind};
 use ferrolite_core::ops::elementwise::variadic::{Variadic, VariadicKind};
 use ferrolite_core::ops::util::broadcast_shapes;
-use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
-use std::any::Any;
 
-pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    if let Some(b) = op.downcast_ref::<Binary>() {
-        if b.legacy_axis.is_some() {
-            return None;
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Binary>(
+        "cpu.binary",
+        "Binary",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        binary,
+    );
+    r.add::<Variadic>(
+        "cpu.binary",
+        "Variadic",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        variadic,
+    );
+    r.add::<Unary>(
+        "cpu.unary",
+        "Unary",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |u, r| {
+            let work = unary_work(u.kind)?;
+            let shape = f32_shape(r.req, 0)?.to_vec();
+            Ok(Box::new(UnaryKernel {
+                isa: r.cx.isa,
+                kind: u.kind,
+                work,
+                shape,
+            }))
+        },
+    );
+    r.add::<Clip>(
+        "cpu.clip",
+        "Clip",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |c, r| {
+            let shape = f32_shape(r.req, 0)?.to_vec();
+            Ok(Box::new(ClipKernel {
+                isa: r.cx.isa,
+                shape,
+                min: c.min,
+                max: c.max,
+            }))
+        },
+    );
+}
+
+fn binary(b: &Binary, r: &Req) -> Built {
+    if b.legacy_axis.is_some() {
+        return Err("needs numpy-style broadcasting (not a legacy axis)".into());
+    }
+    use BinaryKind::*;
+    let op = match b.kind {
+        Add => BinOp::Add,
+        Sub => BinOp::Sub,
+        Mul => BinOp::Mul,
+        Div => BinOp::Div,
+        Pow => BinOp::Pow,
+        PRelu => BinOp::PRelu,
+        Mod { .. } | BitShiftLeft | BitShiftRight | BitwiseAnd | BitwiseOr | BitwiseXor => {
+            return Err(format!("no f32 loop for {:?}", b.kind))
         }
-        let kind = match b.kind {
-            BinaryKind::Add => BinOp::Add,
-            BinaryKind::Sub => BinOp::Sub,
-            BinaryKind::Mul => BinOp::Mul,
-            BinaryKind::Div => BinOp::Div,
-            BinaryKind::Pow => BinOp::Pow,
-            BinaryKind::PRelu => BinOp::PRelu,
-            _ => return None,
-        };
-        return BinaryKernel::new(kind, f32_shape(req, 0)?, f32_shape(req, 1)?)
-            .map(|k| Box::new(k) as Box<dyn Kernel>);
+    };
+    binary_kernel(op, r)
+}
+
+fn variadic(v: &Variadic, r: &Req) -> Built {
+    if r.req.inputs.len() != 2 {
+        return Err("needs two inputs".into());
     }
-    if let Some(v) = op.downcast_ref::<Variadic>() {
-        if req.inputs.len() != 2 {
-            return None;
-        }
-        let kind = match v.kind {
-            VariadicKind::Max => BinOp::Max,
-            VariadicKind::Min => BinOp::Min,
-            VariadicKind::Sum => BinOp::Add,
-            VariadicKind::Mean => BinOp::Mean,
-        };
-        return BinaryKernel::new(kind, f32_shape(req, 0)?, f32_shape(req, 1)?)
-            .map(|k| Box::new(k) as Box<dyn Kernel>);
-    }
-    if let Some(u) = op.downcast_ref::<Unary>() {
-        let f = UnFn::of(u.kind)?;
-        let shape = f32_shape(req, 0)?.to_vec();
-        return Some(Box::new(UnaryKernel { f, shape }));
-    }
-    if let Some(c) = op.downcast_ref::<Clip>() {
-        let shape = f32_shape(req, 0)?.to_vec();
-        for i in 1..3 {
-            if req.inputs.get(i).is_some_and(|x| x.is_some()) {
-                f32_shape(req, i)?;
-            }
-        }
-        return Some(Box::new(ClipKernel {
-            shape,
-            min: c.min,
-            max: c.max,
-        }));
-    }
-    None
+    let op = match v.kind {
+        VariadicKind::Max => BinOp::Max,
+        VariadicKind::Min => BinOp::Min,
+        VariadicKind::Sum => BinOp::Add,
+        VariadicKind::Mean => BinOp::Mean,
+    };
+    binary_kernel(op, r)
+}
+
+fn binary_kernel(op: BinOp, r: &Req) -> Built {
+    let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
+    let k = BinaryKernel::new(r.cx.isa, op, a, b);
+    needs(
+        k,
+        "shapes that broadcast (PRelu: a slope that broadcasts to X)",
+    )
+    .map(|k| Box::new(k) as Box<dyn Kernel>)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,22 +223,13 @@ fn periodic<F: Fn(f32, f32) -> f32>(f: F, v: &[f32], p: &[f32], phase: usize, o:
     }
 }
 
-/// Whether the AVX2 builds of the loops can run.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(crate) fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2")
-}
-
-fn run_row(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
+fn run_row(isa: Isa, op: BinOp, a: Src, b: Src, o: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        if has_avx2() {
-            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
-            // target_feature function, whose body is safe code.
-            unsafe { run_row_avx2(op, a, b, o) };
-            return;
-        }
+    if isa == Isa::Avx2Fma {
+        // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
+        // only requirement of the target_feature function, whose body is safe code.
+        unsafe { run_row_avx2(op, a, b, o) };
+        return;
     }
     run_row_impl(op, a, b, o)
 }
@@ -245,6 +281,7 @@ fn run_row_impl(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
 /// A broadcasting binary op on f32.
 #[derive(Debug)]
 pub(crate) struct BinaryKernel {
+    isa: Isa,
     op: BinOp,
     a_shape: Vec<usize>,
     b_shape: Vec<usize>,
@@ -268,7 +305,7 @@ pub(crate) struct BinaryKernel {
 const MAX_PERIOD: usize = 16;
 
 impl BinaryKernel {
-    pub(crate) fn new(op: BinOp, a: &[usize], b: &[usize]) -> Option<BinaryKernel> {
+    pub(crate) fn new(isa: Isa, op: BinOp, a: &[usize], b: &[usize]) -> Option<BinaryKernel> {
         let out = broadcast_shapes(a, b).ok()?;
         if op == BinOp::PRelu && out != a {
             return None;
@@ -321,6 +358,7 @@ impl BinaryKernel {
         let sa = groups.iter().map(|g| if g.1 { g.3 } else { 0 }).collect();
         let sb = groups.iter().map(|g| if g.2 { g.4 } else { 0 }).collect();
         Some(BinaryKernel {
+            isa,
             op,
             a_shape: a.to_vec(),
             b_shape: b.to_vec(),
@@ -393,6 +431,7 @@ impl Kernel for BinaryKernel {
                         let at = pos - start - off;
                         match src_of(b, ob, c, self.ib, len, self.period) {
                             Ok(sb) => run_row(
+                                self.isa,
                                 self.op,
                                 Src::V(&src[at..at + len]),
                                 sb,
@@ -418,7 +457,13 @@ impl Kernel for BinaryKernel {
                 let (oa, ob) = self.row_offsets(r);
                 let sa = src_of(a, oa, c, self.ia, len, self.period)?;
                 let sb = src_of(b, ob, c, self.ib, len, self.period)?;
-                run_row(self.op, sa, sb, &mut chunk[pos - start..pos - start + len]);
+                run_row(
+                    self.isa,
+                    self.op,
+                    sa,
+                    sb,
+                    &mut chunk[pos - start..pos - start + len],
+                );
                 pos += len;
             }
             Ok(())
@@ -434,55 +479,45 @@ impl Kernel for BinaryKernel {
     }
 }
 
-/// The unary functions with f32 kernels.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum UnFn {
-    Relu,
-    Neg,
-    Abs,
-    Sqrt,
-    Reciprocal,
-    Exp,
-    Erf,
-    Tanh,
-    Sigmoid,
-    LeakyRelu(f32),
-    HardSigmoid(f32, f32),
-    HardSwish,
-    Gelu,
-    GeluTanh,
-    Floor,
-    Ceil,
-}
-
-impl UnFn {
-    fn of(k: UnaryKind) -> Option<UnFn> {
-        Some(match k {
-            UnaryKind::Relu => UnFn::Relu,
-            UnaryKind::Neg => UnFn::Neg,
-            UnaryKind::Abs => UnFn::Abs,
-            UnaryKind::Sqrt => UnFn::Sqrt,
-            UnaryKind::Reciprocal => UnFn::Reciprocal,
-            UnaryKind::Exp => UnFn::Exp,
-            UnaryKind::Erf => UnFn::Erf,
-            UnaryKind::Tanh => UnFn::Tanh,
-            UnaryKind::Sigmoid => UnFn::Sigmoid,
-            UnaryKind::LeakyRelu { alpha } => UnFn::LeakyRelu(alpha),
-            UnaryKind::HardSigmoid { alpha, beta } => UnFn::HardSigmoid(alpha, beta),
-            UnaryKind::HardSwish => UnFn::HardSwish,
-            UnaryKind::Gelu { tanh: false } => UnFn::Gelu,
-            UnaryKind::Gelu { tanh: true } => UnFn::GeluTanh,
-            UnaryKind::Floor => UnFn::Floor,
-            UnaryKind::Ceil => UnFn::Ceil,
-            _ => return None,
-        })
-    }
-
-    fn work(self) -> usize {
-        match self {
-            UnFn::Exp | UnFn::Erf | UnFn::Tanh | UnFn::Sigmoid | UnFn::Gelu | UnFn::GeluTanh => 8,
-            _ => 1,
-        }
+/// The cost per element of `kind`'s f32 loop (for the threading threshold), or why there is
+/// none: those kinds run their reference in f64.
+fn unary_work(kind: UnaryKind) -> Result<usize, String> {
+    use UnaryKind::*;
+    match kind {
+        Relu
+        | Neg
+        | Abs
+        | Sqrt
+        | Reciprocal
+        | Floor
+        | Ceil
+        | LeakyRelu { .. }
+        | HardSigmoid { .. }
+        | HardSwish
+        | Clip { .. } => Ok(1),
+        Exp | Erf | Tanh | Sigmoid | Gelu { .. } => Ok(8),
+        Log
+        | Round
+        | Sign
+        | Sin
+        | Cos
+        | Tan
+        | Asin
+        | Acos
+        | Atan
+        | Sinh
+        | Cosh
+        | Asinh
+        | Acosh
+        | Atanh
+        | Softplus
+        | Softsign
+        | Elu { .. }
+        | Selu { .. }
+        | Celu { .. }
+        | ThresholdedRelu { .. }
+        | Mish
+        | Shrink { .. } => Err(format!("no f32 loop for {}", kind.name())),
     }
 }
 
@@ -493,69 +528,95 @@ fn map<F: Fn(f32) -> f32>(f: F, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// Applies `f` to `x` into `y` (equal lengths).
-pub(crate) fn apply_unary(f: UnFn, x: &[f32], y: &mut [f32]) {
+/// Applies `kind` to `x` into `y` (equal lengths).
+pub(crate) fn apply_unary(isa: Isa, kind: UnaryKind, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        if has_avx2() {
-            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
-            // target_feature function, whose body is safe code.
-            unsafe { apply_unary_avx2(f, x, y) };
-            return;
-        }
+    if isa == Isa::Avx2Fma {
+        // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
+        // only requirement of the target_feature function, whose body is safe code.
+        unsafe { apply_unary_avx2(kind, x, y) };
+        return;
     }
-    apply_unary_impl(f, x, y)
+    apply_unary_impl(isa, kind, x, y)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn apply_unary_avx2(f: UnFn, x: &[f32], y: &mut [f32]) {
-    apply_unary_impl(f, x, y)
+unsafe fn apply_unary_avx2(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
+    apply_unary_impl(Isa::Avx2Fma, kind, x, y)
 }
 
 #[inline(always)]
-fn apply_unary_impl(f: UnFn, x: &[f32], y: &mut [f32]) {
-    match f {
-        UnFn::Relu => map(|v| if v < 0.0 { 0.0 } else { v }, x, y),
-        UnFn::Neg => map(|v| -v, x, y),
-        UnFn::Abs => map(f32::abs, x, y),
-        UnFn::Sqrt => map(f32::sqrt, x, y),
-        UnFn::Reciprocal => map(|v| 1.0 / v, x, y),
-        UnFn::Floor => map(f32::floor, x, y),
-        UnFn::Ceil => map(f32::ceil, x, y),
+fn apply_unary_impl(isa: Isa, kind: UnaryKind, x: &[f32], y: &mut [f32]) {
+    use UnaryKind::*;
+    match kind {
+        Relu => map(|v| if v < 0.0 { 0.0 } else { v }, x, y),
+        Neg => map(|v| -v, x, y),
+        Abs => map(f32::abs, x, y),
+        Sqrt => map(f32::sqrt, x, y),
+        Reciprocal => map(|v| 1.0 / v, x, y),
+        Floor => map(f32::floor, x, y),
+        Ceil => map(f32::ceil, x, y),
         // f32 products round like the reference's f64 ones (one rounding of an exact value).
-        UnFn::LeakyRelu(a) => map(|v| if v < 0.0 { a * v } else { v }, x, y),
-        UnFn::HardSigmoid(a, b) => map(|v| (a * v + b).clamp(0.0, 1.0), x, y),
-        UnFn::HardSwish => map(|v| v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0), x, y),
-        UnFn::Exp => math::exp_slice(x, y),
-        UnFn::Erf => math::erf_slice(x, y),
-        UnFn::Tanh => math::tanh_slice(x, y),
-        UnFn::Sigmoid => math::sigmoid_slice(x, y),
-        UnFn::Gelu => math::gelu_slice(x, y),
-        UnFn::GeluTanh => math::gelu_tanh_slice(x, y),
+        LeakyRelu { alpha: a } => map(|v| if v < 0.0 { a * v } else { v }, x, y),
+        HardSigmoid { alpha: a, beta: b } => map(|v| (a * v + b).clamp(0.0, 1.0), x, y),
+        HardSwish => map(|v| v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0), x, y),
+        Clip { min, max } => clip_impl(min, max, x, y),
+        Exp => math::exp_slice(isa, x, y),
+        Erf => math::erf_slice(isa, x, y),
+        Tanh => math::tanh_slice(isa, x, y),
+        Sigmoid => math::sigmoid_slice(isa, x, y),
+        Gelu { tanh: false } => math::gelu_slice(isa, x, y),
+        Gelu { tanh: true } => math::gelu_tanh_slice(isa, x, y),
+        // No kernel is built for these (`unary_work`); the f32 formula keeps this total.
+        Log
+        | Round
+        | Sign
+        | Sin
+        | Cos
+        | Tan
+        | Asin
+        | Acos
+        | Atan
+        | Sinh
+        | Cosh
+        | Asinh
+        | Acosh
+        | Atanh
+        | Softplus
+        | Softsign
+        | Elu { .. }
+        | Selu { .. }
+        | Celu { .. }
+        | ThresholdedRelu { .. }
+        | Mish
+        | Shrink { .. } => map(|v| kind.apply(v), x, y),
     }
 }
 
 #[derive(Debug)]
 struct UnaryKernel {
-    f: UnFn,
+    isa: Isa,
+    kind: UnaryKind,
+    work: usize,
     shape: Vec<usize>,
 }
 
 impl Kernel for UnaryKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let (isa, kind) = (self.isa, self.kind);
         if inputs.first().copied().flatten().is_none() {
             // In place: the output holds the input.
             let y = output(outputs, 0, self.shape.iter().product())?;
-            for_chunks(y, IN_PLACE_STEP, self.f.work(), |_, c| {
-                in_place_steps(c, |_, src, dst| apply_unary(self.f, src, dst))
+            for_chunks(y, IN_PLACE_STEP, self.work, |_, c| {
+                in_place_steps(c, |_, src, dst| apply_unary(isa, kind, src, dst))
             });
             return Ok(());
         }
         let x = input(inputs, 0, &self.shape)?;
         let y = output(outputs, 0, x.len())?;
-        for_chunks(y, 1, self.f.work(), |s, c| {
-            apply_unary(self.f, &x[s..s + c.len()], c)
+        for_chunks(y, 1, self.work, |s, c| {
+            apply_unary(isa, kind, &x[s..s + c.len()], c)
         });
         Ok(())
     }
@@ -586,15 +647,13 @@ fn clip_impl(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
     )
 }
 
-fn clip(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
+fn clip(isa: Isa, lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    {
-        if has_avx2() {
-            // SAFETY: the CPU supports AVX2 (checked just above), the only requirement of the
-            // target_feature function, whose body is safe code.
-            unsafe { clip_avx2(lo, hi, x, y) };
-            return;
-        }
+    if isa == Isa::Avx2Fma {
+        // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
+        // only requirement of the target_feature function, whose body is safe code.
+        unsafe { clip_avx2(lo, hi, x, y) };
+        return;
     }
     clip_impl(lo, hi, x, y)
 }
@@ -607,6 +666,7 @@ unsafe fn clip_avx2(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
 
 #[derive(Debug)]
 struct ClipKernel {
+    isa: Isa,
     shape: Vec<usize>,
     min: Option<f32>,
     max: Option<f32>,
@@ -635,13 +695,15 @@ impl Kernel for ClipKernel {
             // In place: the output holds the input.
             let y = output(outputs, 0, self.shape.iter().product())?;
             for_chunks(y, IN_PLACE_STEP, 1, |_, c| {
-                in_place_steps(c, |_, src, dst| clip(lo, hi, src, dst))
+                in_place_steps(c, |_, src, dst| clip(self.isa, lo, hi, src, dst))
             });
             return Ok(());
         }
         let x = input(inputs, 0, &self.shape)?;
         let y = output(outputs, 0, x.len())?;
-        for_chunks(y, 1, 1, |s, c| clip(lo, hi, &x[s..s + c.len()], c));
+        for_chunks(y, 1, 1, |s, c| {
+            clip(self.isa, lo, hi, &x[s..s + c.len()], c)
+        });
         Ok(())
     }
 

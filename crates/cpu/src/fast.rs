@@ -1,33 +1,20 @@
-//! Dispatch and shared helpers for the f32 kernels of the cheap ops (elementwise, pooling,
-//! softmax, reductions, normalisations, data movement).
+//! Shared helpers for the f32 kernels of the cheap ops (elementwise, pooling, softmax,
+//! reductions, normalisations, data movement).
 
-use crate::{elementwise, movement, norm, pool, reduce, resize, softmax};
-use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::plan::KernelRequest;
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
 /// Below this many output elements a kernel stays on the calling thread.
 pub(crate) const PAR_MIN: usize = 1 << 14;
 
-/// The kernel for a request among the cheap ops, or `None`.
-pub(crate) fn pick(req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    if req.outputs.first()?.dtype != DType::F32 {
-        return None;
+/// Shape of input `i` when it is present and f32; else the reason a kernel passes.
+pub(crate) fn f32_shape<'a>(req: &KernelRequest<'a>, i: usize) -> Result<&'a [usize], String> {
+    match req.inputs.get(i) {
+        Some(Some(x)) if x.dtype == DType::F32 => Ok(x.shape),
+        Some(Some(x)) => Err(format!("needs input {i} as f32, not {}", x.dtype)),
+        _ => Err(format!("needs input {i}")),
     }
-    let op = req.node.op.as_any();
-    elementwise::pick(op, req)
-        .or_else(|| pool::pick(op, req))
-        .or_else(|| softmax::pick(op, req))
-        .or_else(|| reduce::pick(op, req))
-        .or_else(|| norm::pick(op, req))
-        .or_else(|| movement::pick(op, req))
-        .or_else(|| resize::pick(op, req))
-}
-
-/// Shape of input `i` when it is present and f32.
-pub(crate) fn f32_shape<'a>(req: &KernelRequest<'a>, i: usize) -> Option<&'a [usize]> {
-    let x = req.inputs.get(i)?.as_ref()?;
-    (x.dtype == DType::F32).then_some(x.shape)
 }
 
 /// Input `i` as f32, checked against the shape the kernel was built for.

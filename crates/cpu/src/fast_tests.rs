@@ -2,7 +2,7 @@
 //! the core reference implementations over many shapes.
 
 use crate::testutil::kernel_for;
-use crate::CpuKernels;
+use crate::{CpuBackend, Isa};
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::clip::Clip;
 use ferrolite_core::ops::elementwise::unary::{Unary, UnaryKind};
@@ -39,7 +39,20 @@ impl Lcg {
 /// single-threaded and on four threads; panics when no fast kernel is offered or the results
 /// differ by more than `tol` relative to the largest magnitude.
 fn check_tol(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool], tol: f32) {
-    let (kernel, outputs) = kernel_for(&CpuKernels::default(), &op, inputs, constant);
+    for isa in Isa::available() {
+        check_isa(CpuBackend::new(isa), op.clone(), inputs, constant, tol);
+    }
+}
+
+/// [`check_tol`] on one backend.
+fn check_isa(
+    cpu: CpuBackend,
+    op: Arc<dyn Op>,
+    inputs: &[Option<Tensor>],
+    constant: &[bool],
+    tol: f32,
+) {
+    let (kernel, outputs) = kernel_for(&cpu, &op, inputs, constant);
     assert!(kernel.name().starts_with("cpu."), "{}", kernel.name());
     let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let expected = op.eval(&refs).unwrap();
@@ -606,9 +619,9 @@ fn resizes() {
 
 #[test]
 fn conv_transposes() {
+    use ferrolite_core::ops::elementwise::unary::UnaryKind;
     use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
     use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
-    use ferrolite_core::ops::nn::activation::Activation;
     struct Case {
         x: &'static [usize],
         w: &'static [usize],
@@ -666,7 +679,7 @@ fn conv_transposes() {
     ];
     let mut r = Lcg(11);
     for case in cases {
-        for (bias, act) in [(false, None), (true, Some(Activation::Relu))] {
+        for (bias, act) in [(false, None), (true, Some(UnaryKind::Relu))] {
             let op = ConvTranspose {
                 params: ConvParams {
                     kernel_shape: None,

@@ -1,11 +1,15 @@
 //! f32 FullyConnected (`Y = X · W + bias`, then the epilogue activation) on the [`Gemm`] trait:
 //! a constant W is packed once; bias and activation go into the GEMM's epilogue.
 
+use crate::backend::{built, constant, shape, Registry};
+use crate::fast::f32_shape;
 use crate::gemm::{Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side};
 use ferrolite_core::op::required;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::fully_connected::fc_dims;
-use ferrolite_core::ops::nn::activation::Activation;
+use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 
 #[derive(Debug)]
@@ -19,13 +23,13 @@ pub struct FullyConnectedKernel {
     /// W packed at build time when it is a constant; otherwise read at run time.
     packed: Option<PackedMatrix>,
     has_bias: bool,
-    activation: Option<Activation>,
+    activation: Option<UnaryKind>,
 }
 
 impl FullyConnectedKernel {
     pub fn new(
         gemm: Sgemm,
-        activation: Option<Activation>,
+        activation: Option<UnaryKind>,
         x: &[usize],
         w: &[usize],
         w_value: Option<&Tensor>,
@@ -129,13 +133,35 @@ impl Kernel for FullyConnectedKernel {
     }
 }
 
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<FullyConnected>(
+        "cpu.fully_connected",
+        "FullyConnected",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |fc, r| {
+            let (x, w) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
+            let k = FullyConnectedKernel::new(
+                r.cx.gemm,
+                fc.activation,
+                x,
+                w,
+                constant(r.req, 1),
+                shape(r.req, 2),
+            );
+            built(k.map(Some), "")
+        },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use crate::tests::check;
+    use ferrolite_core::ops::elementwise::unary::UnaryKind;
     use ferrolite_core::ops::linalg::conv::Conv;
     use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
     use ferrolite_core::ops::linalg::gemm::Gemm;
-    use ferrolite_core::ops::nn::activation::Activation;
     use ferrolite_core::Tensor;
     use std::sync::Arc;
 
@@ -152,12 +178,12 @@ mod tests {
         Tensor::from_vec(shape, v).unwrap()
     }
 
-    const ACTS: [Option<Activation>; 5] = [
+    const ACTS: [Option<UnaryKind>; 5] = [
         None,
-        Some(Activation::Relu),
-        Some(Activation::Clip { min: 0.0, max: 0.5 }),
-        Some(Activation::HardSwish),
-        Some(Activation::Sigmoid),
+        Some(UnaryKind::Relu),
+        Some(UnaryKind::Clip { min: 0.0, max: 0.5 }),
+        Some(UnaryKind::HardSwish),
+        Some(UnaryKind::Sigmoid),
     ];
 
     #[test]

@@ -2,7 +2,7 @@
 //! our packed microkernels ([`crate::sgemm`]).
 
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
-use ferrolite_core::ops::nn::activation::Activation;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
 
@@ -107,7 +107,7 @@ pub enum Bias<'a> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Epilogue<'a> {
     pub bias: Bias<'a>,
-    pub activation: Option<Activation>,
+    pub activation: Option<UnaryKind>,
 }
 
 /// Elements spanned by a `rows x cols` matrix with the given strides (0 when empty).
@@ -596,20 +596,20 @@ mod tests {
                     let pb = g.pack(k, n, b, Side::B).unwrap();
                     let acts = [
                         None,
-                        Some(Activation::Relu),
-                        Some(Activation::Clip {
+                        Some(UnaryKind::Relu),
+                        Some(UnaryKind::Clip {
                             min: -0.5,
                             max: 0.5,
                         }),
-                        Some(Activation::LeakyRelu { alpha: 0.1 }),
-                        Some(Activation::HardSigmoid {
+                        Some(UnaryKind::LeakyRelu { alpha: 0.1 }),
+                        Some(UnaryKind::HardSigmoid {
                             alpha: 0.2,
                             beta: 0.5,
                         }),
-                        Some(Activation::HardSwish),
-                        Some(Activation::Sigmoid),
+                        Some(UnaryKind::HardSwish),
+                        Some(UnaryKind::Sigmoid),
                         None,
-                        Some(Activation::Relu),
+                        Some(UnaryKind::Relu),
                     ];
                     for (t, act) in acts.into_iter().enumerate() {
                         let bias = match t % 3 {

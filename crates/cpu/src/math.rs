@@ -143,19 +143,20 @@ pub(crate) fn map_blocks(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
     }
 }
 
+use crate::isa::Isa;
+
 macro_rules! slice_fns {
     ($($name:ident => $f:ident),* $(,)?) => {
         $(
             /// The function over a slice (`y[i] = f(x[i])`, equal lengths).
-            pub(crate) fn $name(x: &[f32], y: &mut [f32]) {
+            pub(crate) fn $name(isa: Isa, x: &[f32], y: &mut [f32]) {
                 #[cfg(target_arch = "x86_64")]
-                {
-                    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                        // SAFETY: the CPU supports AVX2 and FMA (checked just above), the only
-                        // requirement of the target_feature function, which is safe code.
-                        unsafe { avx2::$name(x, y) };
-                        return;
-                    }
+                if isa == Isa::Avx2Fma {
+                    // SAFETY: the CPU supports AVX2 and FMA (an Isa other than Portable exists
+                    // only then), the only requirement of the target_feature function, which
+                    // is safe code.
+                    unsafe { avx2::$name(x, y) };
+                    return;
                 }
                 for (y, &x) in y.iter_mut().zip(x) {
                     *y = $f::<false>(x);
@@ -240,9 +241,11 @@ mod tests {
         check_accuracy::<true>();
         let mut y = vec![0.0; 19];
         let xs: Vec<f32> = (0..19).map(|i| i as f32 * 0.3 - 3.0).collect();
-        exp_slice(&xs, &mut y);
-        for (a, b) in y.iter().zip(&xs) {
-            assert!(rel(*a, (*b as f64).exp()) < 3e-7);
+        for isa in Isa::available() {
+            exp_slice(isa, &xs, &mut y);
+            for (a, b) in y.iter().zip(&xs) {
+                assert!(rel(*a, (*b as f64).exp()) < 3e-7, "{isa}");
+            }
         }
     }
 }
@@ -258,14 +261,17 @@ mod bench {
             .collect();
         let mut y = vec![0.0f32; x.len()];
         for (name, f) in [
-            ("exp", super::exp_slice as fn(&[f32], &mut [f32])),
+            (
+                "exp",
+                super::exp_slice as fn(super::Isa, &[f32], &mut [f32]),
+            ),
             ("erf", super::erf_slice),
             ("tanh", super::tanh_slice),
             ("gelu", super::gelu_slice),
         ] {
             let t = std::time::Instant::now();
             for _ in 0..100 {
-                f(&x, &mut y);
+                f(super::Isa::detect(), &x, &mut y);
             }
             println!(
                 "{name}: {:.3} ns/elt",

@@ -2,13 +2,18 @@
 //! once; Gemm's C (when it is a row or column vector) and activation go into the epilogue.
 //! The GEMM splits large products over the threads; many small batches go in parallel.
 
+use crate::backend::{built, constant, shape, Registry};
+use crate::fast::f32_shape;
 use crate::gemm::{Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Side};
 use crate::Sgemm;
 use ferrolite_core::op::required;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
+use ferrolite_core::ops::linalg::gemm::Gemm as GemmOp;
+use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::ops::linalg::matmul::MatMulShapes;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::ops::util::broadcast_offsets;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
@@ -210,7 +215,7 @@ impl GemmKernel {
         })
     }
 
-    fn activation(&self) -> Option<Activation> {
+    fn activation(&self) -> Option<UnaryKind> {
         self.op.activation
     }
 }
@@ -307,4 +312,32 @@ impl Kernel for GemmKernel {
     fn name(&self) -> &str {
         "cpu.gemm"
     }
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<MatMul>(
+        "cpu.matmul",
+        "MatMul",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |_, r| {
+            let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
+            let k = MatMulKernel::new(r.cx.gemm, a, b, constant(r.req, 1));
+            built(k.map(Some), "")
+        },
+    );
+    r.add::<GemmOp>(
+        "cpu.gemm",
+        "Gemm",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |g, r| {
+            let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
+            let c = shape(r.req, 2);
+            let k = GemmKernel::new(r.cx.gemm, g.clone(), a, b, c, constant(r.req, 1));
+            built(k.map(Some), "")
+        },
+    );
 }

@@ -1,83 +1,117 @@
 //! f32 data movement: Transpose (collapsed axes, contiguous or strided inner runs), Concat and
 //! Split (block copies).
 
+use crate::backend::Registry;
 use crate::fast::{f32_shape, for_chunks, input, output};
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::shape::concat::Concat;
 use ferrolite_core::ops::shape::split::Split;
 use ferrolite_core::ops::shape::transpose::Transpose;
 use ferrolite_core::plan::{Kernel, KernelRequest};
-use ferrolite_core::{DType, OpResult, Tensor};
-use std::any::Any;
+use ferrolite_core::registry::{needs, DTypes, Layout};
+use ferrolite_core::{OpResult, Tensor};
 
-pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    if let Some(t) = op.downcast_ref::<Transpose>() {
-        let x = f32_shape(req, 0)?;
-        let perm = t.resolved_perm(x.len()).ok()?;
-        return Some(Box::new(TransposeKernel::new(x, &perm)));
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Transpose>(
+        "cpu.transpose",
+        "Transpose",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |t, r| {
+            let x = f32_shape(r.req, 0)?;
+            let perm = t.resolved_perm(x.len()).map_err(|e| e.to_string())?;
+            Ok(Box::new(TransposeKernel::new(x, &perm)))
+        },
+    );
+    r.add::<Concat>(
+        "cpu.concat",
+        "Concat",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |c, r| {
+            needs(
+                concat(c, r.req),
+                "inputs of one rank, equal but for the axis",
+            )
+        },
+    );
+    r.add::<Split>(
+        "cpu.split",
+        "Split",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |s, r| {
+            needs(
+                split(s, r.req),
+                "outputs of one rank, equal but for the axis",
+            )
+        },
+    );
+}
+
+fn concat(c: &Concat, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    let shapes: Vec<Vec<usize>> = (0..req.inputs.len())
+        .map(|i| f32_shape(req, i).ok().map(|s| s.to_vec()))
+        .collect::<Option<_>>()?;
+    let first = shapes.first()?;
+    if first.is_empty() {
+        return None;
     }
-    if let Some(c) = op.downcast_ref::<Concat>() {
-        let shapes: Vec<Vec<usize>> = (0..req.inputs.len())
-            .map(|i| f32_shape(req, i).map(|s| s.to_vec()))
-            .collect::<Option<_>>()?;
-        let first = shapes.first()?;
-        if first.is_empty() {
-            return None;
-        }
-        let axis = normalize_axis(c.axis, first.len()).ok()?;
-        let out = &req.outputs[0].shape;
-        if out.len() != first.len() {
-            return None;
-        }
-        let inner: usize = out[axis + 1..].iter().product();
-        let outer: usize = out[..axis].iter().product();
-        let mut blocks = Vec::new();
-        for s in &shapes {
-            if s.len() != out.len() || s[..axis] != out[..axis] || s[axis + 1..] != out[axis + 1..]
-            {
-                return None;
-            }
-            blocks.push(s[axis] * inner);
-        }
-        if blocks.iter().sum::<usize>() != out[axis] * inner {
-            return None;
-        }
-        return Some(Box::new(BlockKernel {
-            concat: true,
-            shapes,
-            outer,
-            blocks,
-        }));
+    let axis = normalize_axis(c.axis, first.len()).ok()?;
+    let out = &req.outputs[0].shape;
+    if out.len() != first.len() {
+        return None;
     }
-    if let Some(s) = op.downcast_ref::<Split>() {
-        let x = f32_shape(req, 0)?.to_vec();
-        if x.is_empty() || req.outputs.iter().any(|o| o.dtype != DType::F32) {
+    let inner: usize = out[axis + 1..].iter().product();
+    let outer: usize = out[..axis].iter().product();
+    let mut blocks = Vec::new();
+    for s in &shapes {
+        if s.len() != out.len() || s[..axis] != out[..axis] || s[axis + 1..] != out[axis + 1..] {
             return None;
         }
-        let axis = normalize_axis(s.axis, x.len()).ok()?;
-        let inner: usize = x[axis + 1..].iter().product();
-        let outer: usize = x[..axis].iter().product();
-        let mut blocks = Vec::new();
-        let mut shapes = vec![x.clone()];
-        for o in req.outputs {
-            let os = &o.shape;
-            if os.len() != x.len() || os[..axis] != x[..axis] || os[axis + 1..] != x[axis + 1..] {
-                return None;
-            }
-            blocks.push(os[axis] * inner);
-            shapes.push(os.clone());
-        }
-        if blocks.iter().sum::<usize>() != x[axis] * inner {
-            return None;
-        }
-        return Some(Box::new(BlockKernel {
-            concat: false,
-            shapes,
-            outer,
-            blocks,
-        }));
+        blocks.push(s[axis] * inner);
     }
-    None
+    if blocks.iter().sum::<usize>() != out[axis] * inner {
+        return None;
+    }
+    Some(Box::new(BlockKernel {
+        concat: true,
+        shapes,
+        outer,
+        blocks,
+    }))
+}
+
+fn split(s: &Split, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    let x = f32_shape(req, 0).ok()?.to_vec();
+    if x.is_empty() {
+        return None;
+    }
+    let axis = normalize_axis(s.axis, x.len()).ok()?;
+    let inner: usize = x[axis + 1..].iter().product();
+    let outer: usize = x[..axis].iter().product();
+    let mut blocks = Vec::new();
+    let mut shapes = vec![x.clone()];
+    for o in req.outputs {
+        let os = &o.shape;
+        if os.len() != x.len() || os[..axis] != x[..axis] || os[axis + 1..] != x[axis + 1..] {
+            return None;
+        }
+        blocks.push(os[axis] * inner);
+        shapes.push(os.clone());
+    }
+    if blocks.iter().sum::<usize>() != x[axis] * inner {
+        return None;
+    }
+    Some(Box::new(BlockKernel {
+        concat: false,
+        shapes,
+        outer,
+        blocks,
+    }))
 }
 
 #[derive(Debug)]

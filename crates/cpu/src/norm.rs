@@ -1,13 +1,15 @@
 //! f32 LayerNormalization (scale and bias over the normalised axes) and BatchNormalization
 //! (inference form, folded into a per-channel multiply-add).
 
+use crate::backend::{boxed, Registry};
 use crate::fast::{f32_shape, for_chunks, input, output};
 use crate::reduce::{sum, sum_sq_dev};
 use ferrolite_core::op::normalize_axis;
+use ferrolite_core::ops::layout::plain_shape;
 use ferrolite_core::ops::nn::norm::{BatchNorm, LayerNorm};
 use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
-use std::any::Any;
 
 /// The shape without leading ones.
 fn trim(s: &[usize]) -> &[usize] {
@@ -15,62 +17,100 @@ fn trim(s: &[usize]) -> &[usize] {
     &s[k..]
 }
 
-pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    if let Some(l) = op.downcast_ref::<LayerNorm>() {
-        let x = f32_shape(req, 0)?;
-        let axis = normalize_axis(l.axis, x.len()).ok()?;
-        if !(1..=3).contains(&l.num_outputs) || req.outputs.len() != l.num_outputs {
-            return None;
-        }
-        if req
-            .outputs
-            .iter()
-            .any(|o| o.dtype != ferrolite_core::DType::F32)
-        {
-            return None;
-        }
-        let tail = &x[axis..];
-        let s = f32_shape(req, 1)?;
-        let fits = |t: &[usize]| trim(t) == trim(tail) && t.len() <= x.len();
-        if !fits(s) {
-            return None;
-        }
-        let b = match req.inputs.get(2).and_then(|b| b.as_ref()) {
-            Some(_) => {
-                let b = f32_shape(req, 2)?;
-                if !fits(b) {
-                    return None;
-                }
-                Some(b.to_vec())
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<LayerNorm>(
+        "cpu.layer_norm",
+        "LayerNorm",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |l, r| {
+            let k = layer_norm(l, r.req);
+            needs(
+                k,
+                "scale and bias shaped like the normalised axes, 1 to 3 outputs",
+            )
+        },
+    );
+    r.add::<BatchNorm>(
+        "cpu.batch_norm",
+        "BatchNorm",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |b, r| needs(batch_norm(b, r.req), "inference form with [C] statistics"),
+    );
+    r.add::<BatchNorm>(
+        "cpu.nchwc.batch_norm",
+        "BatchNorm",
+        10,
+        DTypes::AllF32,
+        Layout::Nchwc,
+        |b, r| {
+            let x = f32_shape(r.req, 0)?;
+            let c = plain_shape(x).map_err(|e| e.to_string())?[1];
+            if (1..5).any(|i| f32_shape(r.req, i).ok() != Some(&[c][..])) {
+                return Err(format!("needs [{c}] statistics"));
             }
-            None => None,
-        };
-        return Some(Box::new(LayerNormKernel {
-            x: x.to_vec(),
-            s: s.to_vec(),
-            b,
-            inner: tail.iter().product(),
-            eps: l.epsilon as f32,
-            outs: l.num_outputs,
-        }));
+            boxed(BatchNormKernel::blocked(b, x), "a blocked input")
+        },
+    );
+}
+
+fn layer_norm(l: &LayerNorm, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    let x = f32_shape(req, 0).ok()?;
+    let axis = normalize_axis(l.axis, x.len()).ok()?;
+    if !(1..=3).contains(&l.num_outputs) || req.outputs.len() != l.num_outputs {
+        return None;
     }
-    if let Some(b) = op.downcast_ref::<BatchNorm>() {
-        let x = f32_shape(req, 0)?;
-        if x.len() < 2 || req.outputs.len() != 1 {
-            return None;
-        }
-        for i in 1..5 {
-            if f32_shape(req, i)? != [x[1]] {
+    if req
+        .outputs
+        .iter()
+        .any(|o| o.dtype != ferrolite_core::DType::F32)
+    {
+        return None;
+    }
+    let tail = &x[axis..];
+    let s = f32_shape(req, 1).ok()?;
+    let fits = |t: &[usize]| trim(t) == trim(tail) && t.len() <= x.len();
+    if !fits(s) {
+        return None;
+    }
+    let b = match req.inputs.get(2).and_then(|b| b.as_ref()) {
+        Some(_) => {
+            let b = f32_shape(req, 2).ok()?;
+            if !fits(b) {
                 return None;
             }
+            Some(b.to_vec())
         }
-        return Some(Box::new(BatchNormKernel {
-            x: x.to_vec(),
-            eps: b.epsilon,
-            lanes: 1,
-        }));
+        None => None,
+    };
+    Some(Box::new(LayerNormKernel {
+        x: x.to_vec(),
+        s: s.to_vec(),
+        b,
+        inner: tail.iter().product(),
+        eps: l.epsilon as f32,
+        outs: l.num_outputs,
+    }))
+}
+
+fn batch_norm(b: &BatchNorm, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
+    let x = f32_shape(req, 0).ok()?;
+    if x.len() < 2 || req.outputs.len() != 1 {
+        return None;
     }
-    None
+    for i in 1..5 {
+        if f32_shape(req, i).ok()? != [x[1]] {
+            return None;
+        }
+    }
+    Some(Box::new(BatchNormKernel {
+        x: x.to_vec(),
+        eps: b.epsilon,
+        lanes: 1,
+    }))
 }
 
 #[derive(Debug)]

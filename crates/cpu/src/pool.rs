@@ -5,49 +5,84 @@
 //! horizontal pass reads every tap without bounds tests: tap by tap over contiguous slices for
 //! stride 1, output by output otherwise.
 
+use crate::backend::{boxed, Built, Registry, Req};
 use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::isa::Isa;
 use crate::stride2;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
-use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
-use std::any::Any;
 
-pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    if let Some(p) = op.downcast_ref::<Pool>() {
-        let x = f32_shape(req, 0)?;
-        if req.outputs.len() != 1 || x.len() != 4 {
-            return None;
-        }
-        let avg = averages(p)?;
-        let g = p.geometry(x).ok()?;
-        let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).ok()?;
-        return Some(Box::new(PoolKernel {
-            x: x.to_vec(),
-            h: AxisPlan::new(&gh),
-            w: AxisPlan::new(&gw),
-            gh,
-            gw,
-            avg,
-            count_include_pad: p.count_include_pad,
-            fused3x3s2: cfg!(target_arch = "x86_64")
-                && crate::sgemm::Isa::detect() != crate::sgemm::Isa::Portable
-                && [&gh, &gw]
-                    .iter()
-                    .all(|g| g.kernel == 3 && g.stride == 2 && g.dilation == 1),
-        }));
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Pool>("cpu.pool", "Pool", 10, DTypes::AllF32, Layout::Plain, pool);
+    r.add::<GlobalPool>(
+        "cpu.global_pool",
+        "GlobalPool",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        global_pool,
+    );
+    r.add::<Pool>(
+        "cpu.nchwc.pool",
+        "Pool",
+        10,
+        DTypes::AllF32,
+        Layout::Nchwc,
+        |p, r| {
+            let k = BlockedPoolKernel::new(r.cx.isa, p, f32_shape(r.req, 0)?);
+            boxed(k, "2-D max or average pooling without indices")
+        },
+    );
+    r.add::<GlobalPool>(
+        "cpu.nchwc.global_pool",
+        "GlobalPool",
+        10,
+        DTypes::AllF32,
+        Layout::Nchwc,
+        |p, r| {
+            let k = BlockedGlobalPoolKernel::new(p, f32_shape(r.req, 0)?);
+            boxed(k, "max or average pooling")
+        },
+    );
+}
+
+fn pool(p: &Pool, r: &Req) -> Built {
+    let x = f32_shape(r.req, 0)?;
+    if r.req.outputs.len() != 1 || x.len() != 4 {
+        return Err("needs a 2-D pool without indices".into());
     }
-    if let Some(p) = op.downcast_ref::<GlobalPool>() {
-        let x = f32_shape(req, 0)?;
-        if x.len() < 2 || p.kind == PoolKind::Lp {
-            return None;
-        }
-        return Some(Box::new(GlobalPoolKernel {
-            x: x.to_vec(),
-            avg: p.kind == PoolKind::Average,
-        }));
-    }
-    None
+    let avg = needs(averages(p), "max or average pooling without indices")?;
+    let g = p.geometry(x).map_err(|e| e.to_string())?;
+    let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).map_err(|_| "needs a 2-D pool")?;
+    let isa = r.cx.isa;
+    Ok(Box::new(PoolKernel {
+        isa,
+        x: x.to_vec(),
+        h: AxisPlan::new(&gh),
+        w: AxisPlan::new(&gw),
+        gh,
+        gw,
+        avg,
+        count_include_pad: p.count_include_pad,
+        fused3x3s2: isa != Isa::Portable
+            && [&gh, &gw]
+                .iter()
+                .all(|g| g.kernel == 3 && g.stride == 2 && g.dilation == 1),
+    }))
+}
+
+fn global_pool(p: &GlobalPool, r: &Req) -> Built {
+    let x = f32_shape(r.req, 0)?;
+    let avg = match p.kind {
+        _ if x.len() < 2 => return Err("needs an input of rank 2 or more".into()),
+        PoolKind::Average => true,
+        PoolKind::Max => false,
+        PoolKind::Lp => return Err("needs max or average pooling".into()),
+    };
+    Ok(Box::new(GlobalPoolKernel { x: x.to_vec(), avg }))
 }
 
 /// Whether a pool the kernels handle (max or average, without indices) averages.
@@ -94,6 +129,7 @@ impl AxisPlan {
 
 #[derive(Debug)]
 struct PoolKernel {
+    isa: Isa,
     x: Vec<usize>,
     gh: AxisGeometry,
     gw: AxisGeometry,
@@ -128,9 +164,9 @@ impl PoolKernel {
     /// `out[j]` = max (or sum) over `rows` of `row[j]`, from the identity; see [`reduce_rows`].
     fn reduce(&self, out: &mut [f32], rows: &[&[f32]]) {
         if self.avg {
-            reduce_rows::<false>(out, rows)
+            reduce_rows::<false>(self.isa, out, rows)
         } else {
-            reduce_rows::<true>(out, rows)
+            reduce_rows::<true>(self.isa, out, rows)
         }
     }
 
@@ -175,7 +211,7 @@ impl PoolKernel {
                 // Even and odd columns apart, every tap is a contiguous slice again: tap 0
                 // is even[j], tap 1 odd[j], tap 2 even[j + 1].
                 let (even, odd) = phases.split_at_mut(ow + 1);
-                stride2::deinterleave(&vrow[..2 * ow], &mut even[..ow], &mut odd[..ow]);
+                stride2::deinterleave(self.isa, &vrow[..2 * ow], &mut even[..ow], &mut odd[..ow]);
                 if k == 3 {
                     even[ow] = vrow[2 * ow];
                     self.reduce(row, &[&even[..ow], &odd[..ow], &even[1..=ow]]);
@@ -340,10 +376,10 @@ fn pair<const MAX: bool>(acc: f32, v: f32) -> f32 {
 /// or 0; all of it when there are no rows). Rows go three at a time, so `out` is written once
 /// per three rows read instead of once per row; the loops compile for AVX2 where the CPU has
 /// it. Every row must hold at least `out.len()` values.
-fn reduce_rows<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
+fn reduce_rows<const MAX: bool>(isa: Isa, out: &mut [f32], rows: &[&[f32]]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::sgemm::Isa::detect() == crate::sgemm::Isa::Avx2Fma {
-        // SAFETY: the CPU has AVX2 (checked by detect), the only requirement of the
+    if isa == Isa::Avx2Fma {
+        // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then), the only requirement of the
         // target_feature function, whose body is safe code.
         unsafe { reduce_rows_avx2::<MAX>(out, rows) };
         return;
@@ -472,6 +508,7 @@ unsafe fn window3x3s2_block<const MAX: bool>(r: [&[f32]; 3], c0: usize, out: &mu
 /// pixel's eight channels, reduced lane by lane (one register on AVX2).
 #[derive(Debug)]
 pub(crate) struct BlockedPoolKernel {
+    isa: Isa,
     x: Vec<usize>,
     gh: AxisGeometry,
     gw: AxisGeometry,
@@ -486,11 +523,12 @@ const LANES: usize = ferrolite_core::ops::layout::BLOCK;
 
 impl BlockedPoolKernel {
     /// `x` is the blocked input shape.
-    pub(crate) fn new(p: &Pool, x: &[usize]) -> Option<Self> {
+    pub(crate) fn new(isa: Isa, p: &Pool, x: &[usize]) -> Option<Self> {
         let plain = ferrolite_core::ops::layout::plain_shape(x).ok()?;
         let avg = averages(p)?;
         let [gh, gw] = <[AxisGeometry; 2]>::try_from(p.geometry(&plain).ok()?).ok()?;
         Some(BlockedPoolKernel {
+            isa,
             x: x.to_vec(),
             h: AxisPlan::new(&gh),
             w: AxisPlan::new(&gw),
@@ -535,11 +573,11 @@ impl BlockedPoolKernel {
 
     fn plane(&self, src: &[f32], dst: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if crate::sgemm::Isa::detect() == crate::sgemm::Isa::Avx2Fma {
+        if self.isa == Isa::Avx2Fma {
             let (ih, iw) = (self.gh.input, self.gw.input);
             assert!(src.len() >= ih * iw * LANES);
             assert!(dst.len() >= self.gh.output * self.gw.output * LANES);
-            // SAFETY: the CPU has AVX2 (checked by detect); the taps' rows and columns lie
+            // SAFETY: the CPU has AVX2 (the Isa says so); the taps' rows and columns lie
             // inside the plane (AxisPlan's ranges) whose size was asserted, and the outputs
             // inside `dst` (asserted).
             unsafe {

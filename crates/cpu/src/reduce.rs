@@ -1,12 +1,13 @@
 //! f32 ReduceSum / ReduceMean / ReduceMax / ReduceMin / ReduceSumSquare / ReduceL2 over one
 //! contiguous block of axes (outer x reduced x inner), with eight-lane accumulators.
 
+use crate::backend::Registry;
 use crate::fast::{f32_shape, for_chunks, input, output};
 use ferrolite_core::op::normalize_axes;
 use ferrolite_core::ops::nn::reduce::{Reduce, ReduceKind};
 use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{DType, OpResult, Tensor};
-use std::any::Any;
 
 /// Sum of a slice: eight f32 partial sums per block of 1024, blocks added in f64.
 pub(crate) fn sum(v: &[f32]) -> f32 {
@@ -79,20 +80,48 @@ fn min(v: &[f32]) -> f32 {
     acc.iter().fold(m, |m, &x| m.min(x))
 }
 
-pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    let r = op.downcast_ref::<Reduce>()?;
-    if !matches!(
-        r.kind,
-        ReduceKind::Sum
-            | ReduceKind::Mean
-            | ReduceKind::Max
-            | ReduceKind::Min
-            | ReduceKind::SumSquare
-            | ReduceKind::L2
-    ) {
-        return None;
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Reduce>(
+        "cpu.reduce",
+        "Reduce",
+        10,
+        DTypes::OutputsF32,
+        Layout::Plain,
+        |op, r| {
+            let fold = Fold::of(op.kind)?;
+            let k = reduce(op, fold, r.req, f32_shape(r.req, 0)?);
+            needs(k, "constant i64 axes, contiguous after normalisation")
+        },
+    );
+}
+
+/// The reductions with an f32 loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fold {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    SumSquare,
+    L2,
+}
+
+impl Fold {
+    fn of(kind: ReduceKind) -> Result<Fold, String> {
+        use ReduceKind::*;
+        Ok(match kind {
+            Sum => Fold::Sum,
+            Mean => Fold::Mean,
+            Max => Fold::Max,
+            Min => Fold::Min,
+            SumSquare => Fold::SumSquare,
+            L2 => Fold::L2,
+            L1 | LogSum | LogSumExp | Prod => return Err(format!("no f32 loop for {kind:?}")),
+        })
     }
-    let x = f32_shape(req, 0)?;
+}
+
+fn reduce(r: &Reduce, kind: Fold, req: &KernelRequest, x: &[usize]) -> Option<Box<dyn Kernel>> {
     let axes: Vec<i64> = match req.inputs.get(1).and_then(|a| a.as_ref()) {
         Some(a) => {
             let t = a.value?;
@@ -133,7 +162,7 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
         x[last + 1..].iter().product()
     };
     Some(Box::new(ReduceKernel {
-        kind: r.kind,
+        kind,
         x: x.to_vec(),
         outer,
         red,
@@ -143,7 +172,7 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
 
 #[derive(Debug)]
 struct ReduceKernel {
-    kind: ReduceKind,
+    kind: Fold,
     x: Vec<usize>,
     outer: usize,
     red: usize,
@@ -153,9 +182,9 @@ struct ReduceKernel {
 impl ReduceKernel {
     fn finish(&self, v: f32) -> f32 {
         match self.kind {
-            ReduceKind::Mean => (v as f64 / self.red as f64) as f32,
-            ReduceKind::L2 => v.sqrt(),
-            _ => v,
+            Fold::Mean => (v as f64 / self.red as f64) as f32,
+            Fold::L2 => v.sqrt(),
+            Fold::Sum | Fold::Max | Fold::Min | Fold::SumSquare => v,
         }
     }
 }
@@ -171,10 +200,10 @@ impl Kernel for ReduceKernel {
                 for (i, o) in c.iter_mut().enumerate() {
                     let v = &x[(s + i) * red..(s + i + 1) * red];
                     let r = match kind {
-                        ReduceKind::Max => max(v),
-                        ReduceKind::Min => min(v),
-                        ReduceKind::SumSquare | ReduceKind::L2 => sum_sq_dev(v, 0.0),
-                        _ => sum(v),
+                        Fold::Max => max(v),
+                        Fold::Min => min(v),
+                        Fold::SumSquare | Fold::L2 => sum_sq_dev(v, 0.0),
+                        Fold::Sum | Fold::Mean => sum(v),
                     };
                     *o = self.finish(r);
                 }
@@ -188,30 +217,30 @@ impl Kernel for ReduceKernel {
                 let len = (inner - i0).min(end - pos);
                 let acc = &mut c[pos - s..pos - s + len];
                 acc.fill(match kind {
-                    ReduceKind::Max => f32::NEG_INFINITY,
-                    ReduceKind::Min => f32::INFINITY,
-                    _ => 0.0,
+                    Fold::Max => f32::NEG_INFINITY,
+                    Fold::Min => f32::INFINITY,
+                    Fold::Sum | Fold::Mean | Fold::SumSquare | Fold::L2 => 0.0,
                 });
                 for k in 0..red {
                     let base = (o * red + k) * inner + i0;
                     let xs = &x[base..base + len];
                     match kind {
-                        ReduceKind::Max => {
+                        Fold::Max => {
                             for (a, &v) in acc.iter_mut().zip(xs) {
                                 *a = if v > *a { v } else { *a };
                             }
                         }
-                        ReduceKind::Min => {
+                        Fold::Min => {
                             for (a, &v) in acc.iter_mut().zip(xs) {
                                 *a = if v < *a { v } else { *a };
                             }
                         }
-                        ReduceKind::SumSquare | ReduceKind::L2 => {
+                        Fold::SumSquare | Fold::L2 => {
                             for (a, &v) in acc.iter_mut().zip(xs) {
                                 *a += v * v;
                             }
                         }
-                        _ => {
+                        Fold::Sum | Fold::Mean => {
                             for (a, &v) in acc.iter_mut().zip(xs) {
                                 *a += v;
                             }

@@ -2,17 +2,30 @@
 //! computes: nearest, linear, cubic), separable: each output row is the weighted sum of its
 //! source rows, then each output element the weighted sum of its horizontal taps.
 
+use crate::backend::Registry;
 use crate::fast::{f32_shape, for_chunks, input, output};
 use ferrolite_core::ops::nn::resize::Resize;
 use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
-use std::any::Any;
 
 type Taps = Vec<Option<Vec<(usize, f32)>>>;
 
-pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    let r = op.downcast_ref::<Resize>()?;
-    let x = f32_shape(req, 0)?;
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Resize>(
+        "cpu.resize",
+        "Resize",
+        10,
+        DTypes::OutputsF32,
+        Layout::Plain,
+        |op, r| {
+            let k = resize(op, r.req, f32_shape(r.req, 0)?);
+            needs(k, "a 4-D input, constant scales or sizes, N and C kept")
+        },
+    );
+}
+
+fn resize(r: &Resize, req: &KernelRequest, x: &[usize]) -> Option<Box<dyn Kernel>> {
     if x.len() != 4 {
         return None;
     }

@@ -1,22 +1,36 @@
 //! f32 Softmax and LogSoftmax along any axis (rows when the axis is last, columns of the
 //! inner block otherwise).
 
+use crate::backend::Registry;
 use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::isa::Isa;
 use crate::math;
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
-use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
-use std::any::Any;
 
-pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    let s = op.downcast_ref::<Softmax>()?;
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Softmax>(
+        "cpu.softmax",
+        "Softmax",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |s, r| {
+            let k = softmax(r.cx.isa, s, f32_shape(r.req, 0)?);
+            needs(k, "Softmax or LogSoftmax over a valid axis")
+        },
+    );
+}
+
+fn softmax(isa: Isa, s: &Softmax, x: &[usize]) -> Option<Box<dyn Kernel>> {
     let log = match s.kind {
         SoftmaxKind::Softmax => false,
         SoftmaxKind::LogSoftmax => true,
         SoftmaxKind::Hardmax => return None,
     };
-    let x = f32_shape(req, 0)?;
     let (len, inner) = if s.legacy_2d {
         let r = x.len() as i64;
         let a = if s.axis < 0 { s.axis + r } else { s.axis };
@@ -31,6 +45,7 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
         (x[a], x[a + 1..].iter().product())
     };
     Some(Box::new(SoftmaxKernel {
+        isa,
         x: x.to_vec(),
         len,
         inner,
@@ -40,6 +55,7 @@ pub(crate) fn pick(op: &dyn Any, req: &KernelRequest) -> Option<Box<dyn Kernel>>
 
 #[derive(Debug)]
 struct SoftmaxKernel {
+    isa: Isa,
     x: Vec<usize>,
     len: usize,
     inner: usize,
@@ -47,10 +63,10 @@ struct SoftmaxKernel {
 }
 
 /// Softmax of one contiguous row; compiled for AVX2 + FMA where the CPU has them.
-fn row(x: &[f32], y: &mut [f32], log: bool) {
+fn row(isa: Isa, x: &[f32], y: &mut [f32], log: bool) {
     #[cfg(target_arch = "x86_64")]
-    if crate::sgemm::Isa::detect() == crate::sgemm::Isa::Avx2Fma {
-        // SAFETY: the CPU has AVX2 and FMA (checked by detect), the only requirement of the
+    if isa == Isa::Avx2Fma {
+        // SAFETY: the CPU has AVX2 and FMA (an Isa other than Portable exists only then), the only requirement of the
         // target_feature function, whose body is safe code.
         unsafe { row_avx2(x, y, log) };
         return;
@@ -86,7 +102,7 @@ fn row_impl<const F: bool>(x: &[f32], y: &mut [f32], log: bool) {
 }
 
 /// Softmax along the middle axis of a (len x inner) block.
-fn block(x: &[f32], y: &mut [f32], len: usize, inner: usize, log: bool) {
+fn block(isa: Isa, x: &[f32], y: &mut [f32], len: usize, inner: usize, log: bool) {
     let mut m = vec![f32::NEG_INFINITY; inner];
     for k in 0..len {
         for (a, &v) in m.iter_mut().zip(&x[k * inner..(k + 1) * inner]) {
@@ -103,12 +119,12 @@ fn block(x: &[f32], y: &mut [f32], len: usize, inner: usize, log: bool) {
         if log {
             yr.copy_from_slice(&d);
             let mut e = vec![0.0f32; inner];
-            math::exp_slice(&d, &mut e);
+            math::exp_slice(isa, &d, &mut e);
             for (a, v) in s.iter_mut().zip(&e) {
                 *a += v;
             }
         } else {
-            math::exp_slice(&d, yr);
+            math::exp_slice(isa, &d, yr);
             for (a, v) in s.iter_mut().zip(yr.iter()) {
                 *a += v;
             }
@@ -147,9 +163,9 @@ impl Kernel for SoftmaxKernel {
             for (i, yb) in c.chunks_exact_mut(blk).enumerate() {
                 let xb = &x[s + i * blk..s + (i + 1) * blk];
                 if self.inner == 1 {
-                    row(xb, yb, self.log);
+                    row(self.isa, xb, yb, self.log);
                 } else {
-                    block(xb, yb, self.len, self.inner, self.log);
+                    block(self.isa, xb, yb, self.len, self.inner, self.log);
                 }
             }
         });

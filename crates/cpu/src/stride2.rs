@@ -2,20 +2,19 @@
 //! elements lets stride-2 windows (pooling, depthwise convolution, im2col) run as plain
 //! vector loops. AVX2 shuffles do the split where the CPU has them (picked at run time).
 
-#[cfg(target_arch = "x86_64")]
-use crate::sgemm::Isa;
+use crate::isa::Isa;
 
 /// `even[i] = src[2 i]` and `odd[i] = src[2 i + 1]` for `i < n`, where `n` is the shorter
 /// of `even`, `odd` and the pairs in `src`; nothing beyond is written.
-pub(crate) fn deinterleave(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
+pub(crate) fn deinterleave(isa: Isa, src: &[f32], even: &mut [f32], odd: &mut [f32]) {
     let n = even.len().min(odd.len()).min(src.len() / 2);
     let (src, even, odd) = (&src[..2 * n], &mut even[..n], &mut odd[..n]);
     // Where the vector loop stopped (mutated only on x86_64).
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if Isa::detect() == Isa::Avx2Fma {
-        // SAFETY: the CPU has AVX2 (checked by detect); the slices hold n pairs and n values.
+    if isa == Isa::Avx2Fma {
+        // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then); the slices hold n pairs and n values.
         done = unsafe { avx2::deinterleave(src, Some(even), odd) };
     }
     for ((e, o), pair) in even[done..]
@@ -31,7 +30,13 @@ pub(crate) fn deinterleave(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
 /// Writes a row that starts `pad` columns into a padded row to the padded row's even and odd
 /// columns (`even[j]` is padded column `2 j`, `odd[j]` column `2 j + 1`); the padding
 /// columns are left as they are. Both phases must hold `(pad + src.len()).div_ceil(2)` values.
-pub(crate) fn split_padded_row(src: &[f32], pad: usize, even: &mut [f32], odd: &mut [f32]) {
+pub(crate) fn split_padded_row(
+    isa: Isa,
+    src: &[f32],
+    pad: usize,
+    even: &mut [f32],
+    odd: &mut [f32],
+) {
     // Input column t is padded column t + pad: with an odd pad, input pairs start on an odd
     // column.
     let (first, second, o0, o1) = if pad % 2 == 0 {
@@ -43,11 +48,11 @@ pub(crate) fn split_padded_row(src: &[f32], pad: usize, even: &mut [f32], odd: &
     if src.len() % 2 == 1 {
         first[o0 + n] = src[2 * n];
     }
-    deinterleave(src, &mut first[o0..o0 + n], &mut second[o1..o1 + n]);
+    deinterleave(isa, src, &mut first[o0..o0 + n], &mut second[o1..o1 + n]);
 }
 
 /// `dst[i] = src[2 i]` for every `i < dst.len()`; `src` must hold `2 dst.len() - 1` values.
-pub(crate) fn evens(src: &[f32], dst: &mut [f32]) {
+pub(crate) fn evens(isa: Isa, src: &[f32], dst: &mut [f32]) {
     let n = dst.len();
     let Some(last) = n.checked_sub(1) else {
         return;
@@ -57,10 +62,10 @@ pub(crate) fn evens(src: &[f32], dst: &mut [f32]) {
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if Isa::detect() == Isa::Avx2Fma {
+    if isa == Isa::Avx2Fma {
         // The vector loop reads whole pairs: the last element (no partner) is done below.
         let pairs = &src[..2 * last];
-        // SAFETY: the CPU has AVX2 (checked by detect); pairs holds `last` pairs and dst
+        // SAFETY: the CPU has AVX2 (the Isa says so); pairs holds `last` pairs and dst
         // more than `last` values.
         done = unsafe { avx2::deinterleave(pairs, None, &mut dst[..last]) };
     }
@@ -145,11 +150,14 @@ mod tests {
 
     #[test]
     fn deinterleave_matches_indexing() {
-        for len in 0..40 {
+        for (isa, len) in Isa::available()
+            .into_iter()
+            .flat_map(|i| (0..40).map(move |l| (i, l)))
+        {
             let src: Vec<f32> = (0..len).map(|i| i as f32).collect();
             let n = len / 2;
             let (mut e, mut o) = (vec![-1.0; n + 1], vec![-1.0; n + 1]);
-            deinterleave(&src, &mut e, &mut o);
+            deinterleave(isa, &src, &mut e, &mut o);
             for i in 0..n {
                 assert_eq!(
                     (e[i], o[i]),
@@ -167,12 +175,15 @@ mod tests {
 
     #[test]
     fn split_padded_row_places_every_column() {
-        for len in 0..21usize {
+        for (isa, len) in Isa::available()
+            .into_iter()
+            .flat_map(|i| (0..21usize).map(move |l| (i, l)))
+        {
             for pad in 0..4usize {
                 let src: Vec<f32> = (1..=len).map(|i| i as f32).collect();
                 let half = (pad + len).div_ceil(2);
                 let (mut e, mut o) = (vec![0.0; half], vec![0.0; half]);
-                split_padded_row(&src, pad, &mut e, &mut o);
+                split_padded_row(isa, &src, pad, &mut e, &mut o);
                 for col in 0..2 * half {
                     let got = if col % 2 == 0 { e[col / 2] } else { o[col / 2] };
                     let want = col.checked_sub(pad).and_then(|t| src.get(t)).copied();
@@ -184,10 +195,13 @@ mod tests {
 
     #[test]
     fn evens_matches_indexing() {
-        for n in 0..30 {
+        for (isa, n) in Isa::available()
+            .into_iter()
+            .flat_map(|i| (0..30).map(move |l| (i, l)))
+        {
             let src: Vec<f32> = (0..(2 * n).max(1) - 1).map(|i| i as f32 * 0.5).collect();
             let mut d = vec![-1.0; n];
-            evens(&src, &mut d);
+            evens(isa, &src, &mut d);
             for (i, &v) in d.iter().enumerate() {
                 assert_eq!(v, src[2 * i], "n {n} i {i}");
             }

@@ -1,12 +1,12 @@
 //! Every optimised kernel against the core reference over many shapes.
 
 use crate::testutil::kernel_for;
-use crate::{CpuKernels, Sgemm};
+use crate::{CpuBackend, Isa};
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
 use ferrolite_core::ops::linalg::gemm::Gemm;
 use ferrolite_core::ops::linalg::matmul::MatMul;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::{DType, Op, Tensor};
 use std::sync::Arc;
 
@@ -28,36 +28,34 @@ impl Lcg {
     }
 }
 
-/// Runs `op` through the CPU provider (constants where `constant[i]`) and the reference;
-/// returns the kernel name. Panics when no kernel is offered or the results differ.
+/// Runs `op` through the CPU backend under every ISA this CPU has (constants where
+/// `constant[i]`) and the reference; returns the kernel name, which must not depend on the
+/// ISA. Panics when no kernel is offered or the results differ.
 pub(crate) fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
-    let name = check_with(CpuKernels::default(), op.clone(), inputs, constant);
-    let portable = check_with(
-        CpuKernels::with_gemm(Sgemm::portable()),
-        op,
-        inputs,
-        constant,
-    );
-    assert_eq!(name, portable);
-    name
+    let names: Vec<String> = Isa::available()
+        .into_iter()
+        .map(|isa| check_with(CpuBackend::new(isa), op.clone(), inputs, constant))
+        .collect();
+    assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
+    names[0].clone()
 }
 
 /// The activations a fused epilogue can carry (cycled through by the tests).
-const ACTS: [Option<Activation>; 7] = [
+const ACTS: [Option<UnaryKind>; 7] = [
     None,
-    Some(Activation::Relu),
-    Some(Activation::Clip { min: 0.0, max: 6.0 }),
-    Some(Activation::LeakyRelu { alpha: 0.1 }),
-    Some(Activation::HardSigmoid {
+    Some(UnaryKind::Relu),
+    Some(UnaryKind::Clip { min: 0.0, max: 6.0 }),
+    Some(UnaryKind::LeakyRelu { alpha: 0.1 }),
+    Some(UnaryKind::HardSigmoid {
         alpha: 0.2,
         beta: 0.5,
     }),
-    Some(Activation::HardSwish),
-    Some(Activation::Sigmoid),
+    Some(UnaryKind::HardSwish),
+    Some(UnaryKind::Sigmoid),
 ];
 
 fn check_with(
-    provider: CpuKernels,
+    provider: CpuBackend,
     op: Arc<dyn Op>,
     inputs: &[Option<Tensor>],
     constant: &[bool],
@@ -351,7 +349,7 @@ fn conv_op(c: &ConvCase) -> Arc<dyn Op> {
     conv_op_act(c, None)
 }
 
-fn conv_op_act(c: &ConvCase, activation: Option<Activation>) -> Arc<dyn Op> {
+fn conv_op_act(c: &ConvCase, activation: Option<UnaryKind>) -> Arc<dyn Op> {
     Arc::new(Conv {
         params: ConvParams {
             kernel_shape: None,
@@ -584,7 +582,7 @@ fn unsupported_requests_fall_back() {
         inputs: &infer_inputs,
         outputs: &outputs,
     };
-    assert!(CpuKernels::default().kernel(&req).unwrap().is_none());
+    assert!(CpuBackend::default().kernel(&req).unwrap().is_none());
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Test helper shared by the kernel tests: the kernel a provider picks for one op.
 
-use crate::CpuKernels;
+use crate::CpuBackend;
 use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
 use ferrolite_core::{InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 /// The kernel `provider` offers for `op` on `inputs` (passed as constants, like weights, where
 /// `constant[i]`), with the op's inferred output types. Panics when none is offered.
 pub(crate) fn kernel_for(
-    provider: &CpuKernels,
+    provider: &CpuBackend,
     op: &Arc<dyn Op>,
     inputs: &[Option<Tensor>],
     constant: &[bool],

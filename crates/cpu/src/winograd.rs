@@ -20,8 +20,8 @@
 use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm};
 use crate::scratch::{grown, with_taken};
 use crate::sgemm::MR;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
@@ -52,6 +52,56 @@ pub enum WinogradTile {
     F2,
     /// F(4x4, 3x3): 6x6 input patches, 36 GEMMs, 4x fewer multiplies.
     F4,
+}
+
+/// Whether a Winograd kernel can compute this convolution at all: 2-D, 3x3, stride 1,
+/// dilation 1, one group, at least 16 output channels and 4x4 outputs (whether it pays is
+/// [`tile_for`]'s question).
+pub fn shaped(s: &ConvShapes) -> bool {
+    let g = &s.geometry;
+    g.input.len() == 2
+        && g.kernel == [3, 3]
+        && g.strides == [1, 1]
+        && g.dilations == [1, 1]
+        && s.group == 1
+        && s.out_channels >= 16
+        && g.output.iter().all(|&o| o >= 4)
+}
+
+/// The Winograd tile the CPU runs this convolution with, when it is [`shaped`] for it and big
+/// enough for Winograd to pay; `None` otherwise. One rule for the kernel choice and the
+/// `layout-nchwc` pass (which leaves these convolutions plain).
+pub fn tile_for(s: &ConvShapes) -> Option<WinogradTile> {
+    // Below 64 input channels its 16 GEMMs of depth C spend more on storing and transforming
+    // products than they save in multiplies (squeezenet's 16..48-channel expand convs run
+    // faster without).
+    const MIN_IN_CHANNELS: usize = 64;
+    // From 12x12 outputs 4x4 tiles (1.1-1.3x faster on resnet18's 56x56 to 14x14 convs);
+    // below, each GEMM covers too few tiles to fill the microkernel's panels (a 7x7 output
+    // has 4 tiles; there F(4x4) is 2x slower).
+    const F4_MIN_OUTPUTS: usize = 12 * 12;
+    // Multiply-adds (output x input channels x tiles) from which each of its GEMMs pays for
+    // the transforms and the transformed weights (2.25-4x the plain ones): in resnet18
+    // (256x256 channels on 16 tiles: 1M) it wins by 1.3x; on squeezenet's last 13x13 convs
+    // (256x64 on 16 tiles: 262K) the plain GEMM was 1.1-1.3x faster.
+    const MIN_GEMM_MACS: usize = 1 << 19;
+    let g = &s.geometry;
+    if !shaped(s) || s.in_channels < MIN_IN_CHANNELS {
+        return None;
+    }
+    let outputs: usize = g.output.iter().product();
+    let tile = if outputs >= F4_MIN_OUTPUTS {
+        WinogradTile::F4
+    } else {
+        WinogradTile::F2
+    };
+    let t = tile.outputs();
+    let tiles: usize = g.output.iter().map(|o| o.div_ceil(t)).product();
+    let macs = s
+        .out_channels
+        .saturating_mul(s.in_channels)
+        .saturating_mul(tiles);
+    (macs >= MIN_GEMM_MACS).then_some(tile)
 }
 
 impl WinogradTile {
@@ -160,7 +210,7 @@ pub struct WinogradKernel {
     x_shape: Vec<usize>,
     /// `U[p]` for the A^2 patch positions, packed as left operands.
     u: Vec<PackedMatrix>,
-    activation: Option<Activation>,
+    activation: Option<UnaryKind>,
 }
 
 /// G g G^T (A x A, row-major, into `u[..A * A]`) for one 3x3 filter `g` (row-major),
@@ -229,12 +279,12 @@ impl WinogradKernel {
         gemm: Sgemm,
         tile: WinogradTile,
         s: &ConvShapes,
-        activation: Option<Activation>,
+        activation: Option<UnaryKind>,
         x_shape: &[usize],
         w_value: Option<&Tensor>,
     ) -> OpResult<Option<WinogradKernel>> {
         let g = &s.geometry;
-        let fits = s.winograd_shaped() && s.in_channels >= 16;
+        let fits = shaped(s) && s.in_channels >= 16;
         let Some(w) = w_value.filter(|_| fits) else {
             return Ok(None);
         };
@@ -843,8 +893,8 @@ mod tests {
     fn matches_the_reference_over_shapes() {
         let acts = [
             None,
-            Some(Activation::Relu),
-            Some(Activation::Clip { min: 0.0, max: 6.0 }),
+            Some(UnaryKind::Relu),
+            Some(UnaryKind::Clip { min: 0.0, max: 6.0 }),
         ];
         let mut case = 0;
         // Two workers whatever the machine, so both ways of spreading the work run.

@@ -9,13 +9,12 @@ use crate::device::{resolve, DeviceOption};
 use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Model};
 use ferrolite_core::device::{Device, DeviceKernels, Warnings};
 use ferrolite_core::passes::{
-    default_pipeline, optimize, pipeline_with_partition, Partition, PartitionOptions,
-    PartitionReport, Pass,
+    optimize, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
 };
-use ferrolite_core::plan::{KernelProvider, Plan, ReferenceKernels};
+use ferrolite_core::plan::{Backend, KernelProvider, Plan, ReferenceKernels};
 use ferrolite_core::tensor::checked_numel;
 use ferrolite_core::{DType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo};
-use ferrolite_cpu::CpuKernels;
+use ferrolite_cpu::{CpuBackend, Isa};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -48,6 +47,9 @@ pub struct SessionOptions {
     pub device: DeviceOption,
     /// How the graph is split between the device and the CPU.
     pub partition: PartitionOptions,
+    /// The CPU kernels' instruction set by name (`portable`, `avx2`); `None`: the
+    /// `FERROLITE_ISA` environment variable, else the best this CPU has.
+    pub isa: Option<String>,
 }
 
 impl Default for SessionOptions {
@@ -59,6 +61,7 @@ impl Default for SessionOptions {
             pin_threads: true,
             device: DeviceOption::Cpu,
             partition: PartitionOptions::default(),
+            isa: None,
         }
     }
 }
@@ -88,6 +91,13 @@ impl SessionOptions {
         self
     }
 
+    /// Forces the CPU kernels' instruction set (`portable`, `avx2`), for debugging and tests;
+    /// one the CPU lacks is an error when the session is made.
+    pub fn with_isa(mut self, isa: impl Into<String>) -> Self {
+        self.isa = Some(isa.into());
+        self
+    }
+
     /// Uses the reference implementations only (slow; for debugging kernels).
     pub fn reference_kernels(mut self) -> Self {
         self.optimized_kernels = false;
@@ -95,9 +105,10 @@ impl SessionOptions {
     }
 }
 
-/// Names and descriptions of the passes, in order.
+/// Names and descriptions of a CPU session's passes, in order (the device-independent ones,
+/// then the CPU backend's; a session with a device also runs `partition` before the CPU's).
 pub fn pass_names() -> Vec<(&'static str, &'static str)> {
-    default_pipeline()
+    session_pipeline(None, CpuBackend::default().passes())
         .iter()
         .map(|p| (p.name(), p.description()))
         .collect()
@@ -360,6 +371,8 @@ pub struct Session {
     workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
     plans: Mutex<PlanCache>,
     device: Option<Arc<dyn Device>>,
+    /// The CPU backend, with the one ISA every kernel of this session uses.
+    cpu: CpuBackend,
     warnings: Warnings,
 }
 
@@ -520,10 +533,12 @@ impl Session {
             .map_err(|e| Error::Other(format!("could not start the thread pool: {e}")))?;
         let warnings = Warnings::default();
         let device = resolve(&options.device, &warnings)?;
+        let cpu = CpuBackend::choose(options.isa.as_deref()).map_err(Error::Other)?;
         Ok(Session {
             model,
             options,
             device,
+            cpu,
             warnings,
             inputs,
             outputs,
@@ -568,6 +583,16 @@ impl Session {
     /// The device the session places subgraphs on (`None`: the CPU runs everything).
     pub fn device(&self) -> Option<&Arc<dyn Device>> {
         self.device.as_ref()
+    }
+
+    /// The instruction set of this session's CPU kernels.
+    pub fn isa(&self) -> Isa {
+        self.cpu.isa()
+    }
+
+    /// The CPU backend, as `info` and `explain` describe it ("cpu, avx2+fma").
+    pub fn cpu_description(&self) -> String {
+        self.cpu.describe()
     }
 
     /// The warnings so far (a device that could not compile or run a subgraph, which then ran
@@ -638,14 +663,16 @@ impl Session {
             .map(|(i, s)| TensorInfo::new(i.dtype, s.clone()))
             .collect();
         let mut graph = self.model.graph.clone();
-        let cpu: Arc<dyn KernelProvider> = if self.options.optimized_kernels {
-            Arc::new(CpuKernels::default())
-        } else {
-            Arc::new(ReferenceKernels)
-        };
+        // Reference kernels only: no CPU kernels, and no CPU layout for them to run on.
+        let (cpu, cpu_passes): (Arc<dyn KernelProvider>, Vec<Box<dyn Pass>>) =
+            if self.options.optimized_kernels {
+                (Arc::new(self.cpu), self.cpu.passes())
+            } else {
+                (Arc::new(ReferenceKernels), Vec::new())
+            };
         let (plan, partition) = match &self.device {
             None => {
-                let pipeline: Vec<Box<dyn Pass>> = default_pipeline();
+                let pipeline = session_pipeline(None, cpu_passes);
                 let dynamic =
                     optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
                 (Plan::build(&graph, &dynamic, Some(cpu.as_ref()))?, None)
@@ -653,7 +680,7 @@ impl Session {
             Some(device) => {
                 let pass = Partition::new(device.clone(), self.options.partition.clone());
                 let report = pass.report.clone();
-                let pipeline = pipeline_with_partition(pass);
+                let pipeline = session_pipeline(Some(pass), cpu_passes);
                 let dynamic =
                     optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
                 let provider = DeviceKernels {

@@ -9,7 +9,7 @@ use ferrolite_core::device::Device;
 use ferrolite_core::infer::infer_graph;
 use ferrolite_core::ops::device::copy::DeviceCopy;
 use ferrolite_core::ops::device::subgraph::Subgraph;
-use ferrolite_core::ops::elementwise::{Binary, BinaryKind, Clip, Unary, UnaryKind};
+use ferrolite_core::ops::elementwise::{Binary, BinaryKind, Clip as ClipOp, Unary, UnaryKind};
 use ferrolite_core::ops::extra::swish::Swish;
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_geometry::ConvParams;
@@ -17,7 +17,6 @@ use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
 use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
 use ferrolite_core::ops::linalg::gemm::Gemm;
 use ferrolite_core::ops::linalg::matmul::MatMul;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::ops::nn::norm::{BatchNorm, LayerNorm};
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::ops::nn::resize::{CoordMode, NearestMode, Resize, ResizeMode};
@@ -28,7 +27,7 @@ use ferrolite_core::ops::shape::slice::Slice;
 use ferrolite_core::ops::shape::split::Split;
 use ferrolite_core::ops::shape::transpose::Transpose;
 use ferrolite_core::plan::KernelRequest;
-use ferrolite_core::{Graph, Op, Tensor, TensorInfo, ValueId};
+use ferrolite_core::{DType, Graph, Op, Tensor, TensorInfo, ValueId};
 use ferrolite_gpu::GpuDevice;
 use std::sync::{Arc, OnceLock};
 
@@ -217,7 +216,7 @@ fn conv_op(
     pad: usize,
     dil: usize,
     group: usize,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
 ) -> Conv {
     Conv {
         params: ConvParams {
@@ -228,7 +227,7 @@ fn conv_op(
             ..Default::default()
         },
         group,
-        activation: act.or(if k == 3 { Some(Activation::Relu) } else { None }),
+        activation: act.or(if k == 3 { Some(UnaryKind::Relu) } else { None }),
     }
 }
 
@@ -249,8 +248,8 @@ fn conv_matches_the_reference() {
         let seed = i as u64;
         let act = [
             None,
-            Some(Activation::HardSwish),
-            Some(Activation::Clip { min: 0.0, max: 6.0 }),
+            Some(UnaryKind::HardSwish),
+            Some(UnaryKind::Clip { min: 0.0, max: 6.0 }),
         ][i % 3];
         single(
             conv_op(k, s, p, d, g, act),
@@ -275,7 +274,7 @@ fn conv_matches_the_reference() {
                 ..Default::default()
             },
             group: 1,
-            activation: Some(Activation::LeakyRelu { alpha: 0.1 }),
+            activation: Some(UnaryKind::LeakyRelu { alpha: 0.1 }),
         },
         vec![
             Input(rand(&[2, 3, 17], 7)),
@@ -359,7 +358,7 @@ fn matmul_gemm_and_fully_connected_match_the_reference() {
                 trans_a: ta,
                 trans_b: tb,
                 activation: if i == 1 {
-                    Some(Activation::Sigmoid)
+                    Some(UnaryKind::Sigmoid)
                 } else {
                     None
                 },
@@ -374,7 +373,7 @@ fn matmul_gemm_and_fully_connected_match_the_reference() {
     }
     single(
         FullyConnected {
-            activation: Some(Activation::Relu),
+            activation: Some(UnaryKind::Relu),
         },
         vec![
             Input(rand(&[2, 3, 9], 1)),
@@ -475,6 +474,19 @@ fn unary_ops_and_activations_match_the_reference() {
         Mish,
         Gelu { tanh: false },
         Gelu { tanh: true },
+        Clip {
+            min: -0.5,
+            max: 2.0,
+        },
+        // Infinite bounds have no WGSL literal: the lowering leaves them out.
+        Clip {
+            min: 0.0,
+            max: f32::INFINITY,
+        },
+        Clip {
+            min: f32::NEG_INFINITY,
+            max: 1.0,
+        },
     ];
     for (i, &kind) in kinds.iter().enumerate() {
         // Values in [-4, 4) so the activations' interesting ranges are covered.
@@ -490,7 +502,7 @@ fn unary_ops_and_activations_match_the_reference() {
         single(Unary { kind }, vec![Input(positive(&[40], 9))], 2e-5);
     }
     single(
-        Clip::default(),
+        ClipOp::default(),
         vec![
             Input(rand(&[2, 9], 1)),
             Const(Tensor::scalar(-0.25f32)),
@@ -499,7 +511,7 @@ fn unary_ops_and_activations_match_the_reference() {
         0.0,
     );
     single(
-        Clip::default(),
+        ClipOp::default(),
         vec![
             Input(rand(&[2, 9], 2)),
             Absent,
@@ -906,7 +918,7 @@ fn chains_share_buffers_and_alias_reshapes_correctly() {
     let w1 = c.arg(Const(rand(&[8, 4, 3, 3], 2)));
     let w2 = c.arg(Const(rand(&[8, 8, 1, 1], 3)));
     let y1 = c.node(
-        conv_op(3, 1, 1, 1, 1, Some(Activation::Relu)),
+        conv_op(3, 1, 1, 1, 1, Some(UnaryKind::Relu)),
         vec![x, w1, None],
         1,
     );
@@ -929,49 +941,58 @@ fn chains_share_buffers_and_alias_reshapes_correctly() {
     c.check(1e-4);
 }
 
+/// The GPU's verdict on one node over inputs (dtype, shape, constant value) with one output.
+fn verdict(
+    gpu: &GpuDevice,
+    op: Arc<dyn Op>,
+    inputs: Vec<(DType, Vec<usize>, Option<Tensor>)>,
+    out: Vec<usize>,
+    out_dtype: DType,
+) -> Result<(), String> {
+    let mut g = Graph::new();
+    let ids: Vec<Option<ValueId>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, _, c))| {
+            Some(match c {
+                Some(t) => g.add_constant(format!("c{i}"), t.clone()),
+                None => g.add_value(format!("x{i}")),
+            })
+        })
+        .collect();
+    let y = g.add_op("n", op, ids, 1).unwrap();
+    assert_eq!(y.len(), 1);
+    let node = &g.nodes[0];
+    let infer: Vec<Option<ferrolite_core::InferInput>> = inputs
+        .iter()
+        .map(|(dtype, shape, c)| {
+            Some(ferrolite_core::InferInput {
+                dtype: *dtype,
+                shape,
+                value: c.as_ref(),
+            })
+        })
+        .collect();
+    let outputs = [TensorInfo::new(out_dtype, out)];
+    let req = KernelRequest {
+        node,
+        inputs: &infer,
+        outputs: &outputs,
+    };
+    gpu.supports(&req)
+}
+
 /// What the GPU refuses, it refuses with a reason that names what is missing (the text
 /// `ferrolite explain` shows), and never by compiling something it cannot run.
 #[test]
 fn unsupported_nodes_are_refused_with_a_reason() {
     use ferrolite_core::ops::shape::gather::Gather;
-    use ferrolite_core::DType;
     let Some(gpu) = gpu() else { return };
     let reason = |op: Arc<dyn Op>,
                   inputs: Vec<(DType, Vec<usize>, Option<Tensor>)>,
                   out: Vec<usize>,
                   out_dtype: DType| {
-        let mut g = Graph::new();
-        let ids: Vec<Option<ValueId>> = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, (_, _, c))| {
-                Some(match c {
-                    Some(t) => g.add_constant(format!("c{i}"), t.clone()),
-                    None => g.add_value(format!("x{i}")),
-                })
-            })
-            .collect();
-        let y = g.add_op("n", op, ids, 1).unwrap();
-        let node = &g.nodes[0];
-        let infer: Vec<Option<ferrolite_core::InferInput>> = inputs
-            .iter()
-            .map(|(dtype, shape, c)| {
-                Some(ferrolite_core::InferInput {
-                    dtype: *dtype,
-                    shape,
-                    value: c.as_ref(),
-                })
-            })
-            .collect();
-        let outputs = [TensorInfo::new(out_dtype, out)];
-        let req = KernelRequest {
-            node,
-            inputs: &infer,
-            outputs: &outputs,
-        };
-        assert_eq!(y.len(), 1);
-        gpu.supports(&req)
-            .expect_err("the GPU should refuse this node")
+        verdict(gpu, op, inputs, out, out_dtype).expect_err("the GPU should refuse this node")
     };
     let f16 = reason(
         Arc::new(Unary {
@@ -1029,4 +1050,176 @@ fn unsupported_nodes_are_refused_with_a_reason() {
         dynamic_weights.contains("not a constant"),
         "{dynamic_weights}"
     );
+    // An epilogue the GPU has no WGSL for refuses the Conv with the function's reason.
+    let tan_epilogue = reason(
+        Arc::new(conv_op(3, 1, 1, 1, 1, Some(UnaryKind::Tan))),
+        vec![
+            (DType::F32, vec![1, 2, 5, 5], None),
+            (DType::F32, vec![2, 2, 3, 3], Some(rand(&[2, 2, 3, 3], 2))),
+        ],
+        vec![1, 2, 5, 5],
+        DType::F32,
+    );
+    assert_eq!(tan_epilogue, "op Tan has no GPU kernel");
+}
+
+/// Every `UnaryKind`, once. The match makes a new variant fail to compile here until it is
+/// listed (with attribute values that exercise it).
+fn every_unary_kind() -> Vec<UnaryKind> {
+    use UnaryKind::*;
+    let listed = |k: UnaryKind| match k {
+        Abs
+        | Neg
+        | Exp
+        | Log
+        | Sqrt
+        | Reciprocal
+        | Floor
+        | Ceil
+        | Round
+        | Sign
+        | Erf
+        | Sin
+        | Cos
+        | Tan
+        | Asin
+        | Acos
+        | Atan
+        | Sinh
+        | Cosh
+        | Asinh
+        | Acosh
+        | Atanh
+        | Relu
+        | Sigmoid
+        | Tanh
+        | Softplus
+        | Softsign
+        | LeakyRelu { .. }
+        | Elu { .. }
+        | Selu { .. }
+        | Celu { .. }
+        | ThresholdedRelu { .. }
+        | HardSigmoid { .. }
+        | HardSwish
+        | Mish
+        | Gelu { .. }
+        | Shrink { .. }
+        | Clip { .. } => k,
+    };
+    [
+        Abs,
+        Neg,
+        Exp,
+        Log,
+        Sqrt,
+        Reciprocal,
+        Floor,
+        Ceil,
+        Round,
+        Sign,
+        Erf,
+        Sin,
+        Cos,
+        Tan,
+        Asin,
+        Acos,
+        Atan,
+        Sinh,
+        Cosh,
+        Asinh,
+        Acosh,
+        Atanh,
+        Relu,
+        Sigmoid,
+        Tanh,
+        Softplus,
+        Softsign,
+        UnaryKind::LEAKY_RELU,
+        LeakyRelu { alpha: 0.3 },
+        UnaryKind::ELU,
+        UnaryKind::SELU,
+        UnaryKind::CELU,
+        UnaryKind::THRESHOLDED_RELU,
+        UnaryKind::HARD_SIGMOID,
+        HardSwish,
+        Mish,
+        Gelu { tanh: false },
+        Gelu { tanh: true },
+        UnaryKind::SHRINK,
+        Clip { min: 0.0, max: 6.0 },
+        Clip {
+            min: -0.25,
+            max: f32::INFINITY,
+        },
+        Clip {
+            min: f32::NEG_INFINITY,
+            max: 0.5,
+        },
+    ]
+    .map(listed)
+    .to_vec()
+}
+
+/// Every function the fusion passes fold into an epilogue runs there on the GPU, in the direct
+/// convolution kernel (3x3) and in the matmul kernel (pointwise).
+#[test]
+fn every_fusable_epilogue_lowers_and_matches_the_reference() {
+    let kinds: Vec<UnaryKind> = every_unary_kind()
+        .into_iter()
+        .filter(|k| k.fuses_as_epilogue())
+        .collect();
+    assert!(kinds.len() >= 6, "{kinds:?}");
+    for (i, &kind) in kinds.iter().enumerate() {
+        for k in [3, 1] {
+            let seed = (10 * i + k) as u64;
+            // Weights and inputs in [-2, 2), so sums reach past Clip's and HardSigmoid's knees.
+            let x: Vec<f32> = rand(&[1, 4, 6, 7], seed)
+                .to_f64_vec()
+                .iter()
+                .map(|v| (v * 2.0) as f32)
+                .collect();
+            single(
+                conv_op(k, 1, k / 2, 1, 1, Some(kind)),
+                vec![
+                    Input(Tensor::from_vec(&[1, 4, 6, 7], x).unwrap()),
+                    Const(rand(&[8, 4, k, k], seed + 1)),
+                    Const(rand(&[8], seed + 2)),
+                ],
+                1e-4,
+            );
+        }
+    }
+}
+
+/// A function the GPU has no WGSL for is refused by name, as a standalone op and as an
+/// epilogue alike; every other one lowers both ways.
+#[test]
+fn unary_kinds_without_wgsl_are_refused_by_name() {
+    let Some(gpu) = gpu() else { return };
+    for kind in every_unary_kind() {
+        let standalone = verdict(
+            gpu,
+            Arc::new(Unary { kind }),
+            vec![(DType::F32, vec![2, 3], None)],
+            vec![2, 3],
+            DType::F32,
+        );
+        let epilogue = verdict(
+            gpu,
+            Arc::new(FullyConnected {
+                activation: Some(kind),
+            }),
+            vec![
+                (DType::F32, vec![2, 3], None),
+                (DType::F32, vec![3, 4], Some(rand(&[3, 4], 1))),
+            ],
+            vec![2, 4],
+            DType::F32,
+        );
+        if let Err(why) = &standalone {
+            assert_eq!(why, &format!("op {} has no GPU kernel", kind.name()));
+        }
+        assert_eq!(standalone, epilogue, "{kind}");
+    }
 }

@@ -250,6 +250,16 @@ pub struct DeviceKernels {
 }
 
 impl KernelProvider for DeviceKernels {
+    fn select(&self, req: &KernelRequest) -> Result<crate::registry::Selection<Box<dyn Kernel>>> {
+        if req.node.op.as_any().is::<Subgraph>() {
+            return Ok(crate::registry::Selection {
+                kernel: self.kernel(req)?,
+                considered: Vec::new(),
+            });
+        }
+        self.cpu.select(req)
+    }
+
     fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>> {
         let Some(sub) = req.node.op.as_any().downcast_ref::<Subgraph>() else {
             return self.cpu.kernel(req);

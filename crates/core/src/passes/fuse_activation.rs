@@ -1,6 +1,6 @@
 //! `fuse-activation`: Conv / ConvTranspose / Gemm / FullyConnected followed by an element-wise
-//! activation (Relu, Clip with constant bounds, LeakyRelu, HardSigmoid, HardSwish, Sigmoid)
-//! becomes the producer with that activation as its epilogue.
+//! activation ([`UnaryKind::fuses_as_epilogue`], or Clip with constant bounds) becomes the
+//! producer with that activation as its epilogue.
 
 use super::rewrite::{constant, input, out, rewrite_all, unary, Arg, Rewrite, Uses};
 use super::Pass;
@@ -10,23 +10,15 @@ use crate::ops::linalg::conv::Conv;
 use crate::ops::linalg::conv_transpose::ConvTranspose;
 use crate::ops::linalg::fully_connected::FullyConnected;
 use crate::ops::linalg::gemm::Gemm;
-use crate::ops::nn::activation::Activation;
 use crate::{Graph, Node, Op, Result};
 use std::sync::Arc;
 
 pub struct FuseActivation;
 
-/// The activation a node computes on its input 0, if it is one the epilogue supports.
-fn activation_of(g: &Graph, n: &Node) -> Option<Activation> {
+/// The activation a node computes on its input 0, if it is one the epilogue takes.
+fn activation_of(g: &Graph, n: &Node) -> Option<UnaryKind> {
     if let Some(kind) = unary(n) {
-        return match kind {
-            UnaryKind::Relu => Some(Activation::Relu),
-            UnaryKind::LeakyRelu { alpha } => Some(Activation::LeakyRelu { alpha }),
-            UnaryKind::HardSigmoid { alpha, beta } => Some(Activation::HardSigmoid { alpha, beta }),
-            UnaryKind::HardSwish => Some(Activation::HardSwish),
-            UnaryKind::Sigmoid => Some(Activation::Sigmoid),
-            _ => None,
-        };
+        return kind.fuses_as_epilogue().then_some(kind);
     }
     let clip = n.op.as_any().downcast_ref::<Clip>()?;
     // A bound input wins over the attribute; it must be a one-element constant.
@@ -41,11 +33,11 @@ fn activation_of(g: &Graph, n: &Node) -> Option<Activation> {
     };
     let min = bound(1, clip.min, f32::NEG_INFINITY)?;
     let max = bound(2, clip.max, f32::INFINITY)?;
-    Some(Activation::Clip { min, max })
+    Some(UnaryKind::Clip { min, max })
 }
 
 /// The producer op with `act` as its epilogue, when it supports one and has none yet.
-fn with_activation(op: &dyn Op, act: Activation) -> Option<Arc<dyn Op>> {
+fn with_activation(op: &dyn Op, act: UnaryKind) -> Option<Arc<dyn Op>> {
     let any = op.as_any();
     if let Some(c) = any.downcast_ref::<Conv>() {
         return c.activation.is_none().then(|| {
@@ -116,7 +108,7 @@ impl Pass for FuseActivation {
     }
 
     fn description(&self) -> &'static str {
-        "fold Relu/Clip/LeakyRelu/HardSigmoid/HardSwish/Sigmoid into the preceding Conv, ConvTranspose, Gemm or FullyConnected"
+        "fold an activation (Relu, Clip, Sigmoid, ...; UnaryKind::fuses_as_epilogue) into the preceding Conv, ConvTranspose, Gemm or FullyConnected"
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
@@ -160,27 +152,27 @@ mod tests {
     #[test]
     fn activations_fold_into_conv() {
         let un = |kind| Arc::new(Unary { kind }) as Arc<dyn Op>;
-        let cases: Vec<(Arc<dyn Op>, Vec<Tensor>, Activation)> = vec![
-            (un(UnaryKind::Relu), vec![], Activation::Relu),
+        let cases: Vec<(Arc<dyn Op>, Vec<Tensor>, UnaryKind)> = vec![
+            (un(UnaryKind::Relu), vec![], UnaryKind::Relu),
             (
                 un(UnaryKind::LeakyRelu { alpha: 0.1 }),
                 vec![],
-                Activation::LeakyRelu { alpha: 0.1 },
+                UnaryKind::LeakyRelu { alpha: 0.1 },
             ),
             (
                 un(UnaryKind::HARD_SIGMOID),
                 vec![],
-                Activation::HardSigmoid {
+                UnaryKind::HardSigmoid {
                     alpha: 0.2,
                     beta: 0.5,
                 },
             ),
-            (un(UnaryKind::HardSwish), vec![], Activation::HardSwish),
-            (un(UnaryKind::Sigmoid), vec![], Activation::Sigmoid),
+            (un(UnaryKind::HardSwish), vec![], UnaryKind::HardSwish),
+            (un(UnaryKind::Sigmoid), vec![], UnaryKind::Sigmoid),
             (
                 Arc::new(Clip::default()),
                 vec![Tensor::scalar(0.0f32), Tensor::scalar(6.0f32)],
-                Activation::Clip { min: 0.0, max: 6.0 },
+                UnaryKind::Clip { min: 0.0, max: 6.0 },
             ),
             (
                 Arc::new(Clip {
@@ -188,7 +180,7 @@ mod tests {
                     max: None,
                 }),
                 vec![],
-                Activation::Clip {
+                UnaryKind::Clip {
                     min: -1.0,
                     max: f32::INFINITY,
                 },

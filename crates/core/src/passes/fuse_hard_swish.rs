@@ -213,7 +213,7 @@ mod tests {
             let conv = opt.nodes[0].op.as_any().downcast_ref::<Conv>().unwrap();
             assert_eq!(
                 conv.activation,
-                Some(crate::ops::nn::activation::Activation::HardSwish)
+                Some(crate::ops::elementwise::unary::UnaryKind::HardSwish)
             );
         }
     }

@@ -14,12 +14,11 @@ mod fuse_hard_swish;
 mod fuse_layer_norm;
 mod fuse_matmul_add;
 mod fuse_scale_shift;
-mod layout_nchwc;
 pub mod partition;
 mod remove_neutral;
-mod rewrite;
-#[cfg(test)]
-mod testutil;
+pub mod rewrite;
+#[doc(hidden)]
+pub mod testutil;
 
 pub use fold_conv_batchnorm::FoldConvBatchNorm;
 pub use fold_conv_scale::FoldConvScale;
@@ -31,7 +30,6 @@ pub use fuse_hard_swish::FuseHardSwish;
 pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
 pub use fuse_scale_shift::FuseScaleShift;
-pub use layout_nchwc::LayoutNchwc;
 pub use partition::{Partition, PartitionOptions, PartitionReport};
 pub use remove_neutral::RemoveNeutral;
 
@@ -118,7 +116,8 @@ impl Pass for DeadCode {
     }
 }
 
-/// The passes, in order.
+/// The device-independent passes, in order (backends append their own: see
+/// [`session_pipeline`] and [`crate::plan::Backend::passes`]).
 pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(RemoveIdentity),
@@ -138,20 +137,20 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
         // After the Conv fusions, which absorb a Mul/Add right after a Conv more cheaply.
         Box::new(FuseScaleShift),
         Box::new(FoldTranspose),
-        // Last: the fusions above match the plain ops.
-        Box::new(LayoutNchwc),
     ]
 }
 
-/// The passes with `partition` for a device: after the device-independent fusions, before
-/// the CPU's layout pass (which then only sees the nodes left on the CPU).
-pub fn pipeline_with_partition(partition: Partition) -> Vec<Box<dyn Pass>> {
+/// A session's passes: the device-independent ones, then `partition` for a device, then the
+/// CPU backend's own (its layout pass, which then only sees the nodes left on the CPU).
+pub fn session_pipeline(
+    partition: Option<Partition>,
+    backend: Vec<Box<dyn Pass>>,
+) -> Vec<Box<dyn Pass>> {
     let mut passes = default_pipeline();
-    let at = passes
-        .iter()
-        .position(|p| p.name() == LayoutNchwc.name())
-        .unwrap_or(passes.len());
-    passes.insert(at, Box::new(partition));
+    if let Some(p) = partition {
+        passes.push(Box::new(p));
+    }
+    passes.extend(backend);
     passes
 }
 

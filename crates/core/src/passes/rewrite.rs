@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// An input of a rewritten node.
-pub(crate) enum Arg {
+pub enum Arg {
     Value(ValueId),
     Absent,
     /// A new constant, named after the target node with this suffix.
@@ -24,7 +24,7 @@ pub(crate) enum Arg {
 /// A proposed rewrite. The target node keeps its output values and gets a new op and inputs
 /// (and optionally another name); `remove` are the other nodes of the match. With `rewire`,
 /// readers of the first value read the second instead (for rewrites to nothing).
-pub(crate) struct Rewrite {
+pub struct Rewrite {
     pub target: Option<usize>,
     pub op: Option<Arc<dyn Op>>,
     pub inputs: Vec<Arg>,
@@ -55,7 +55,7 @@ impl Rewrite {
 }
 
 /// Readers of every value (distinct nodes, in order) and the graph outputs.
-pub(crate) struct Uses {
+pub struct Uses {
     readers: HashMap<ValueId, Vec<usize>>,
     outputs: HashSet<ValueId>,
 }
@@ -95,42 +95,42 @@ impl Uses {
 }
 
 /// Input slot `i` of a node, when connected.
-pub(crate) fn input(n: &Node, i: usize) -> Option<ValueId> {
+pub fn input(n: &Node, i: usize) -> Option<ValueId> {
     n.inputs.get(i).copied().flatten()
 }
 
 /// The first output of a node.
-pub(crate) fn out(n: &Node) -> Option<ValueId> {
+pub fn out(n: &Node) -> Option<ValueId> {
     n.outputs.first().copied()
 }
 
 /// The node producing `v`.
-pub(crate) fn producer(g: &Graph, v: ValueId) -> Option<usize> {
+pub fn producer(g: &Graph, v: ValueId) -> Option<usize> {
     g.value(v).producer.map(|p| p.0)
 }
 
-pub(crate) fn info(g: &Graph, v: ValueId) -> Option<&TensorInfo> {
+pub fn info(g: &Graph, v: ValueId) -> Option<&TensorInfo> {
     g.value(v).info.as_ref()
 }
 
-pub(crate) fn constant(g: &Graph, v: ValueId) -> Option<&Tensor> {
+pub fn constant(g: &Graph, v: ValueId) -> Option<&Tensor> {
     g.value(v).constant.as_ref()
 }
 
 /// The value of a one-element float constant.
-pub(crate) fn scalar(g: &Graph, v: ValueId) -> Option<f64> {
+pub fn scalar(g: &Graph, v: ValueId) -> Option<f64> {
     let t = constant(g, v)?;
     (t.numel() == 1 && t.dtype().is_float()).then(|| t.to_f64_vec()[0])
 }
 
 /// Whether `v` is a one-element float constant close to `want` (relative tolerance 1e-3, which
 /// accepts exporters' rounded constants such as 1.4142 for sqrt(2)).
-pub(crate) fn is_scalar(g: &Graph, v: ValueId, want: f64) -> bool {
+pub fn is_scalar(g: &Graph, v: ValueId, want: f64) -> bool {
     scalar(g, v).is_some_and(|x| (x - want).abs() <= 1e-3 * want.abs().max(1e-6))
 }
 
 /// The kind of an element-wise binary node with numpy broadcasting, and its two operands.
-pub(crate) fn binary(n: &Node) -> Option<(BinaryKind, ValueId, ValueId)> {
+pub fn binary(n: &Node) -> Option<(BinaryKind, ValueId, ValueId)> {
     let b = n.op.as_any().downcast_ref::<Binary>()?;
     if b.legacy_axis.is_some() || n.inputs.len() != 2 {
         return None;
@@ -139,7 +139,7 @@ pub(crate) fn binary(n: &Node) -> Option<(BinaryKind, ValueId, ValueId)> {
 }
 
 /// For a commutative binary node of `kind` reading `v`, the other operand.
-pub(crate) fn other_operand(n: &Node, kind: BinaryKind, v: ValueId) -> Option<ValueId> {
+pub fn other_operand(n: &Node, kind: BinaryKind, v: ValueId) -> Option<ValueId> {
     let (k, a, b) = binary(n)?;
     if k != kind {
         return None;
@@ -153,12 +153,12 @@ pub(crate) fn other_operand(n: &Node, kind: BinaryKind, v: ValueId) -> Option<Va
     }
 }
 
-pub(crate) fn unary(n: &Node) -> Option<UnaryKind> {
+pub fn unary(n: &Node) -> Option<UnaryKind> {
     Some(n.op.as_any().downcast_ref::<Unary>()?.kind)
 }
 
 /// Applies the matcher's rewrites until none matches. Returns whether anything changed.
-pub(crate) fn rewrite_all(
+pub fn rewrite_all(
     g: &mut Graph,
     matcher: impl Fn(&Graph, &Uses, usize) -> Option<Rewrite>,
 ) -> Result<bool> {

@@ -1,34 +1,43 @@
-//! Test helper: a hand-built graph optimised with every pass gives the unoptimised graph's
-//! outputs (both run on reference kernels), and has the expected ops afterwards.
+//! Test helpers for passes, here and in backends: a hand-built graph optimised with a pipeline
+//! gives the unoptimised graph's outputs (both run on reference kernels), and has the expected
+//! ops afterwards. They panic on a mismatch, as tests do.
 
-use super::{default_pipeline, optimize};
+use super::{default_pipeline, optimize, Pass};
 use crate::plan::Plan;
 use crate::{Graph, Tensor, TensorInfo};
 
-/// Runs `g` on its one input `x` unoptimised and optimised; checks the optimised op list equals `ops`
-/// and the outputs agree within 1e-5 (relative). Returns the optimised graph. The blocked layout
-/// is left out, so the fusion tests see the fused plain ops.
+/// Runs `g` on its one input `x` unoptimised and optimised by the device-independent passes;
+/// checks the optimised op list equals `ops` and the outputs agree within 1e-5 (relative).
+/// Returns the optimised graph.
 pub fn check_fusion(g: &Graph, x: &Tensor, ops: &[&str]) -> Graph {
-    check_passes(g, x, ops, &["layout-nchwc"])
+    check_passes(g, x, ops, &[])
 }
 
-/// [`check_fusion`] with every pass except `disabled`.
+/// [`check_fusion`] with every device-independent pass except `disabled`.
 pub fn check_passes(g: &Graph, x: &Tensor, ops: &[&str], disabled: &[&str]) -> Graph {
+    check_pipeline(g, x, ops, &default_pipeline, disabled)
+}
+
+/// [`check_fusion`] with the passes `pipeline` makes, except `disabled`.
+pub fn check_pipeline(
+    g: &Graph,
+    x: &Tensor,
+    ops: &[&str],
+    pipeline: &dyn Fn() -> Vec<Box<dyn Pass>>,
+    disabled: &[&str],
+) -> Graph {
     let types = [TensorInfo::of(x)];
     let refs = [x];
-    let all: Vec<String> = default_pipeline()
-        .iter()
-        .map(|p| p.name().to_string())
-        .collect();
+    let all: Vec<String> = pipeline().iter().map(|p| p.name().to_string()).collect();
     let mut plain = g.clone();
-    let dynamic = optimize(&mut plain, &types, &default_pipeline(), &all).unwrap();
+    let dynamic = optimize(&mut plain, &types, &pipeline(), &all).unwrap();
     let want = Plan::build(&plain, &dynamic, None)
         .unwrap()
         .run(&refs)
         .unwrap();
     let mut opt = g.clone();
     let disabled: Vec<String> = disabled.iter().map(|d| d.to_string()).collect();
-    let dynamic = optimize(&mut opt, &types, &default_pipeline(), &disabled).unwrap();
+    let dynamic = optimize(&mut opt, &types, &pipeline(), &disabled).unwrap();
     let names: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
     assert_eq!(names, ops, "optimised graph:\n{}", opt.to_text());
     let got = Plan::build(&opt, &dynamic, None)

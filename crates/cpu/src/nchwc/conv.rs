@@ -11,8 +11,8 @@
 use super::{activate_row, clamp_of, SendPtr, B};
 use crate::fast::{input, output};
 use crate::sgemm::Isa;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{OpResult, Tensor};
 use rayon::prelude::*;
@@ -67,7 +67,7 @@ pub(crate) struct ConvKernel {
     flat_width: Option<usize>,
     weights: Vec<f32>,
     bias: Vec<f32>,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
     isa: Isa,
 }
 
@@ -78,7 +78,7 @@ impl ConvKernel {
         isa: Isa,
         s: ConvShapes,
         blocked_input: bool,
-        act: Option<Activation>,
+        act: Option<UnaryKind>,
         x: &[usize],
         w: &[f32],
         bias: Option<&[f32]>,
@@ -194,7 +194,7 @@ impl ConvKernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has AVX2 and FMA (the Isa was detected).
             Isa::Avx2Fma => unsafe { avx2::rows(self, x, y, ob, nb, rows.clone()) },
-            _ => self.for_each_tile(x, y, ob, rows.clone(), |t, n, out| {
+            Isa::Portable => self.for_each_tile(x, y, ob, rows.clone(), |t, n, out| {
                 assert!(t.fits(n, nb));
                 // SAFETY: the reads stay inside the tile's slices (asserted) and `out` holds
                 // the tile (for_each_tile's contract).

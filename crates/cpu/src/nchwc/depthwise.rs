@@ -10,9 +10,9 @@
 use super::{activate_row, clamp_of, SendPtr, B};
 use crate::fast::{input, output};
 use crate::sgemm::Isa;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{OpResult, Tensor};
 use rayon::prelude::*;
@@ -106,7 +106,7 @@ pub(crate) struct DepthwiseKernel {
     /// `[C/8][KH][KW][8]`.
     weights: Vec<f32>,
     bias: Vec<f32>,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
     isa: Isa,
     /// How a padded input is copied band by band (see `run`); `None` when it is read in place.
     bands: Option<Bands>,
@@ -126,7 +126,7 @@ impl DepthwiseKernel {
     pub(crate) fn new(
         isa: Isa,
         s: ConvShapes,
-        act: Option<Activation>,
+        act: Option<UnaryKind>,
         x: &[usize],
         w: &[f32],
         bias: Option<&[f32]>,
@@ -208,7 +208,7 @@ impl DepthwiseKernel {
                 // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `row_avx2` checks
                 // the sizes its taps rely on.
                 Isa::Avx2Fma => unsafe { row_avx2(g, plane, w, &bias, oy, &plan, clamp, out) },
-                _ => {
+                Isa::Portable => {
                     for (ox, o) in out.chunks_exact_mut(B).enumerate() {
                         o.copy_from_slice(&pixel(g, plane, w, &bias, oy, ox, &plan));
                     }

@@ -7,14 +7,14 @@ mod depthwise;
 #[cfg(test)]
 mod tests;
 
+use crate::backend::{boxed, Built, Registry, Req};
 use crate::fast::{f32_shape, input, output};
-use crate::sgemm::{activate, Isa};
-use ferrolite_core::ops::layout::{plain_shape, Nchwc, ReorderNchwc, BLOCK};
+use crate::sgemm::{activate, EpilogueAct, Isa};
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
+use ferrolite_core::ops::layout::{plain_shape, ReorderNchwc, BLOCK};
 use ferrolite_core::ops::linalg::conv::Conv;
-use ferrolite_core::ops::nn::activation::Activation;
-use ferrolite_core::ops::nn::norm::BatchNorm;
-use ferrolite_core::ops::nn::pool::{GlobalPool, Pool};
-use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
 
 const B: usize = BLOCK;
@@ -77,7 +77,7 @@ fn reorder_block(isa: Isa, to_blocked: bool, src: &[f32], dst: &mut [f32], hw: u
         // SAFETY: the CPU has AVX2 (the Isa was detected); both slices hold 8 x hw values
         // (asserted).
         Isa::Avx2Fma => unsafe { avx2::reorder_block(to_blocked, src, dst, hw) },
-        _ => 0,
+        Isa::Portable => 0,
     };
     for p in done..hw {
         for j in 0..B {
@@ -115,22 +115,25 @@ fn pad_plane(
 }
 
 /// Relu and Clip as bounds the tiles clamp to in registers (others run after the rows).
-fn clamp_of(act: Option<Activation>) -> Option<(f32, f32)> {
-    match act {
-        Some(Activation::Relu) => Some((0.0, f32::INFINITY)),
-        Some(Activation::Clip { min, max }) => Some((min, max)),
-        _ => None,
+fn clamp_of(act: Option<UnaryKind>) -> Option<(f32, f32)> {
+    match EpilogueAct::of(act?) {
+        EpilogueAct::Relu => Some((0.0, f32::INFINITY)),
+        EpilogueAct::Clip { min, max } => Some((min, max)),
+        EpilogueAct::LeakyRelu { .. }
+        | EpilogueAct::HardSigmoid { .. }
+        | EpilogueAct::HardSwish
+        | EpilogueAct::PerElement(_) => None,
     }
 }
 
 /// [`activate`], compiled for AVX2 where the CPU has it.
-fn activate_row(isa: Isa, act: Option<Activation>, row: &mut [f32]) {
+fn activate_row(isa: Isa, act: Option<UnaryKind>, row: &mut [f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (the Isa was detected), the only requirement of the
         // target_feature function, whose body is safe code.
         Isa::Avx2Fma => unsafe { avx2::activate(act, row) },
-        _ => activate(act, row),
+        Isa::Portable => activate(act, row),
     }
 }
 
@@ -222,57 +225,68 @@ mod avx2 {
 
     /// [`super::activate`] compiled for AVX2.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn activate(act: Option<super::Activation>, row: &mut [f32]) {
+    pub(super) fn activate(act: Option<super::UnaryKind>, row: &mut [f32]) {
         super::activate(act, row)
     }
 }
 
-/// The blocked kernels: reorders, and convolutions and pooling wrapped in `Nchwc`.
-pub(crate) fn pick(isa: Isa, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
-    let op = req.node.op.as_any();
+/// The blocked kernels: reorders, and convolutions wrapped in `Nchwc` (blocked pooling and
+/// BatchNormalization register with their plain kernels).
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<ReorderNchwc>(
+        "cpu.nchwc.reorder",
+        "ReorderNchwc",
+        10,
+        DTypes::AllF32,
+        Layout::Plain,
+        |op, r| {
+            let x = f32_shape(r.req, 0)?;
+            let plain = if op.to_blocked {
+                x.to_vec()
+            } else {
+                plain_shape(x).map_err(|e| e.to_string())?
+            };
+            let k = ReorderKernel::new(r.cx.isa, op, x, &plain);
+            boxed(k, "a 4-D tensor with channels a multiple of 8")
+        },
+    );
+    r.add::<Conv>(
+        "cpu.nchwc.conv",
+        "Conv",
+        10,
+        DTypes::AllF32,
+        Layout::Nchwc,
+        blocked_conv,
+    );
+}
+
+/// A Conv on blocked tensors: depthwise over whole blocks, or ordinary.
+fn blocked_conv(c: &Conv, r: &Req) -> Built {
+    let (req, isa) = (r.req, r.cx.isa);
+    let blocked_input = r.nchwc.is_some_and(|w| w.blocked_input);
     let x = f32_shape(req, 0)?;
-    if let Some(r) = op.downcast_ref::<ReorderNchwc>() {
-        let plain = if r.to_blocked {
-            x.to_vec()
-        } else {
-            plain_shape(x).ok()?
-        };
-        return Some(Box::new(ReorderKernel::new(isa, r, x, &plain)?));
+    let x_plain = if blocked_input {
+        plain_shape(x).map_err(|e| e.to_string())?
+    } else {
+        x.to_vec()
+    };
+    let s = c
+        .shapes(&x_plain, f32_shape(req, 1)?)
+        .map_err(|e| e.to_string())?;
+    let constant = |i: usize| req.inputs.get(i)?.as_ref()?.value?.as_slice::<f32>().ok();
+    let bias = match req.inputs.get(2) {
+        Some(Some(_)) => Some(
+            constant(2)
+                .filter(|b| b.len() == s.out_channels)
+                .ok_or("needs a constant bias of one value per output channel")?,
+        ),
+        _ => None,
+    };
+    let w = constant(1).ok_or("needs constant weights")?;
+    if s.group > 1 {
+        let k = depthwise::DepthwiseKernel::new(isa, s, c.activation, x, w, bias);
+        return boxed(k, "a depthwise convolution over whole blocks");
     }
-    let blocked = op.downcast_ref::<Nchwc>()?;
-    let inner = blocked.inner.as_any();
-    if let Some(c) = inner.downcast_ref::<Conv>() {
-        let x_plain = if blocked.blocked_input {
-            plain_shape(x).ok()?
-        } else {
-            x.to_vec()
-        };
-        let s = c.shapes(&x_plain, f32_shape(req, 1)?).ok()?;
-        let constant = |i: usize| req.inputs.get(i)?.as_ref()?.value?.as_slice::<f32>().ok();
-        let bias = match req.inputs.get(2) {
-            Some(Some(_)) => Some(constant(2).filter(|b| b.len() == s.out_channels)?),
-            _ => None,
-        };
-        let w = constant(1)?;
-        if s.group > 1 {
-            let k = depthwise::DepthwiseKernel::new(isa, s, c.activation, x, w, bias);
-            return Some(Box::new(k?));
-        }
-        let k = conv::ConvKernel::new(isa, s, blocked.blocked_input, c.activation, x, w, bias);
-        return Some(Box::new(k?));
-    }
-    if let Some(p) = inner.downcast_ref::<Pool>() {
-        return Some(Box::new(crate::pool::BlockedPoolKernel::new(p, x)?));
-    }
-    if let Some(p) = inner.downcast_ref::<GlobalPool>() {
-        return Some(Box::new(crate::pool::BlockedGlobalPoolKernel::new(p, x)?));
-    }
-    if let Some(b) = inner.downcast_ref::<BatchNorm>() {
-        let c = plain_shape(x).ok()?[1];
-        if (1..5).any(|i| f32_shape(req, i) != Some(&[c][..])) {
-            return None;
-        }
-        return Some(Box::new(crate::norm::BatchNormKernel::blocked(b, x)?));
-    }
-    None
+    let k = conv::ConvKernel::new(isa, s, blocked_input, c.activation, x, w, bias);
+    boxed(k, "a 2-D convolution")
 }

@@ -2,10 +2,10 @@
 //! (ordinary, depthwise, plain input), pooling and the reorders.
 
 use crate::tests::{check, pool, Lcg};
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::layout::{Nchwc, ReorderNchwc};
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_geometry::ConvParams;
-use ferrolite_core::ops::nn::activation::Activation;
 use ferrolite_core::ops::nn::geometry::AutoPad;
 use ferrolite_core::ops::nn::norm::BatchNorm;
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
@@ -22,12 +22,12 @@ fn blocked(x: &Tensor) -> Tensor {
     op.eval(&[Some(x)]).unwrap().remove(0)
 }
 
-const ACTS: [Option<Activation>; 5] = [
+const ACTS: [Option<UnaryKind>; 5] = [
     None,
-    Some(Activation::Relu),
-    Some(Activation::Clip { min: 0.0, max: 6.0 }),
-    Some(Activation::HardSwish),
-    Some(Activation::LeakyRelu { alpha: 0.1 }),
+    Some(UnaryKind::Relu),
+    Some(UnaryKind::Clip { min: 0.0, max: 6.0 }),
+    Some(UnaryKind::HardSwish),
+    Some(UnaryKind::LeakyRelu { alpha: 0.1 }),
 ];
 
 /// One convolution: input `[n, c, h, w]`, `m` outputs, square kernel `k`, stride, dilation,
@@ -42,7 +42,7 @@ fn check_conv(
     dilation: usize,
     pads: [usize; 4],
     depthwise: bool,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
 ) -> String {
     let c = x[1];
     let cg = if depthwise { 1 } else { c };

@@ -1,35 +1,41 @@
 //! The 6x16 AVX2 + FMA microkernel: 12 ymm accumulators, two B loads and one A broadcast per
 //! step; the epilogue (alpha, accumulate, bias, activation) is vectorised for full tiles.
 
-use super::{TileEpi, MR, NR};
-use ferrolite_core::ops::nn::activation::Activation;
+use super::{EpilogueAct, TileEpi, MR, NR};
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use std::arch::x86_64::*;
 
-/// Vectorised activation; `None` for those done per element (Sigmoid).
+/// Whether the epilogue computes `act` in registers ([`act8`]); the others run per element
+/// after the store, with the f32 formula.
+fn in_registers(act: UnaryKind) -> bool {
+    !matches!(EpilogueAct::of(act), EpilogueAct::PerElement(_))
+}
+
+/// Vectorised activation; `None` for those done per element (see [`in_registers`]).
 #[inline(always)]
-unsafe fn act8(act: Activation, v: __m256) -> Option<__m256> {
+unsafe fn act8(act: UnaryKind, v: __m256) -> Option<__m256> {
     // SAFETY: only called from the avx2+fma kernel below.
     unsafe {
         let zero = _mm256_setzero_ps();
-        Some(match act {
-            Activation::Relu => _mm256_max_ps(v, zero),
-            Activation::Clip { min, max } => {
+        Some(match EpilogueAct::of(act) {
+            EpilogueAct::Relu => _mm256_max_ps(v, zero),
+            EpilogueAct::Clip { min, max } => {
                 _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(min)), _mm256_set1_ps(max))
             }
-            Activation::LeakyRelu { alpha } => {
+            EpilogueAct::LeakyRelu { alpha } => {
                 let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
                 _mm256_blendv_ps(v, _mm256_mul_ps(v, _mm256_set1_ps(alpha)), neg)
             }
-            Activation::HardSigmoid { alpha, beta } => {
+            EpilogueAct::HardSigmoid { alpha, beta } => {
                 let t = _mm256_fmadd_ps(v, _mm256_set1_ps(alpha), _mm256_set1_ps(beta));
                 _mm256_min_ps(_mm256_max_ps(t, zero), _mm256_set1_ps(1.0))
             }
-            Activation::HardSwish => {
+            EpilogueAct::HardSwish => {
                 let t = _mm256_add_ps(_mm256_div_ps(v, _mm256_set1_ps(6.0)), _mm256_set1_ps(0.5));
                 let t = _mm256_min_ps(_mm256_max_ps(t, zero), _mm256_set1_ps(1.0));
                 _mm256_mul_ps(v, t)
             }
-            Activation::Sigmoid => return None,
+            EpilogueAct::PerElement(_) => return None,
         })
     }
 }
@@ -274,7 +280,7 @@ fn simple(e: &TileEpi) -> bool {
         && !e.accumulate
         && e.last
         && (e.col_bias.is_empty() || e.col_bias.len() >= NR)
-        && e.act != Some(Activation::Sigmoid)
+        && e.act.is_none_or(in_registers)
 }
 
 /// The bias of a full tile's NR columns, when it has one (see [`simple`]).
@@ -331,7 +337,7 @@ unsafe fn simple_tile(
     rsc: usize,
     rb: &[__m256; MR],
     cb: Option<[__m256; 2]>,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
 ) {
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -354,7 +360,7 @@ unsafe fn store_simple(
     rsc: usize,
     rb: &[__m256; MR],
     cb: Option<[__m256; 2]>,
-    act: Option<Activation>,
+    act: Option<UnaryKind>,
 ) {
     for (i, (acc, &rb)) in acc.iter().zip(rb).enumerate() {
         let (mut v0, mut v1) = (_mm256_add_ps(acc[0], rb), _mm256_add_ps(acc[1], rb));

@@ -9,9 +9,8 @@
 mod avx2;
 mod gemv;
 
-use ferrolite_core::ops::nn::activation::Activation;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use std::cell::RefCell;
-use std::sync::OnceLock;
 
 /// Rows of the microkernel tile.
 pub const MR: usize = 6;
@@ -31,29 +30,7 @@ const SMALL_K: usize = 64;
 /// serves only a few tiles, and packing it would cost about as much as using it.
 const FEW_ROWS: usize = 48;
 
-/// The microkernel implementation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// Plain Rust, any architecture.
-    Portable,
-    /// AVX2 + FMA intrinsics (x86-64, detected at run time).
-    #[cfg(target_arch = "x86_64")]
-    Avx2Fma,
-}
-
-impl Isa {
-    /// The best microkernel this CPU supports (detected once).
-    pub fn detect() -> Isa {
-        static ISA: OnceLock<Isa> = OnceLock::new();
-        *ISA.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return Isa::Avx2Fma;
-            }
-            Isa::Portable
-        })
-    }
-}
+pub use crate::isa::Isa;
 
 /// What the microkernel does when storing a tile.
 #[derive(Clone, Copy, Debug)]
@@ -67,7 +44,7 @@ pub(crate) struct TileEpi<'a> {
     pub row_bias: &'a [f32],
     /// Bias of the tile's columns (empty when none; else at least `nr` long).
     pub col_bias: &'a [f32],
-    pub act: Option<Activation>,
+    pub act: Option<UnaryKind>,
 }
 
 impl<'a> TileEpi<'a> {
@@ -298,7 +275,7 @@ pub(crate) struct Problem<'a> {
     pub row_bias: &'a [f32],
     /// `n` values or empty.
     pub col_bias: &'a [f32],
-    pub act: Option<Activation>,
+    pub act: Option<UnaryKind>,
 }
 
 impl Problem<'_> {
@@ -631,15 +608,73 @@ impl Problem<'_> {
 
 /// Applies an activation to a slice, with the match outside the loop so it vectorises.
 #[inline(always)]
-pub(crate) fn activate(act: Option<Activation>, xs: &mut [f32]) {
-    match act {
-        None => {}
-        Some(Activation::Relu) => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
-        Some(Activation::Clip { min, max }) => xs.iter_mut().for_each(|x| *x = x.max(min).min(max)),
+pub(crate) fn activate(act: Option<UnaryKind>, xs: &mut [f32]) {
+    let Some(a) = act else { return };
+    match EpilogueAct::of(a) {
+        EpilogueAct::Relu => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
+        EpilogueAct::Clip { min, max } => xs.iter_mut().for_each(|x| *x = x.max(min).min(max)),
         // One arm per kind, so each loop is free of the match and vectorises.
-        Some(a @ Activation::HardSwish) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
-        Some(a @ Activation::HardSigmoid { .. }) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
-        Some(a @ Activation::LeakyRelu { .. }) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
-        Some(a) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+        EpilogueAct::HardSwish => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+        EpilogueAct::HardSigmoid { .. } => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+        EpilogueAct::LeakyRelu { .. } => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+        EpilogueAct::PerElement(a) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+    }
+}
+
+/// How the CPU kernels compute an epilogue activation: the piecewise-linear ones in
+/// registers (a clamp, a select), every other kind per element with its f32 formula.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum EpilogueAct {
+    Relu,
+    Clip { min: f32, max: f32 },
+    LeakyRelu { alpha: f32 },
+    HardSigmoid { alpha: f32, beta: f32 },
+    HardSwish,
+    PerElement(UnaryKind),
+}
+
+impl EpilogueAct {
+    pub(crate) fn of(act: UnaryKind) -> EpilogueAct {
+        use UnaryKind::*;
+        match act {
+            Relu => EpilogueAct::Relu,
+            Clip { min, max } => EpilogueAct::Clip { min, max },
+            LeakyRelu { alpha } => EpilogueAct::LeakyRelu { alpha },
+            HardSigmoid { alpha, beta } => EpilogueAct::HardSigmoid { alpha, beta },
+            HardSwish => EpilogueAct::HardSwish,
+            Sigmoid
+            | Abs
+            | Neg
+            | Exp
+            | Log
+            | Sqrt
+            | Reciprocal
+            | Floor
+            | Ceil
+            | Round
+            | Sign
+            | Erf
+            | Sin
+            | Cos
+            | Tan
+            | Asin
+            | Acos
+            | Atan
+            | Sinh
+            | Cosh
+            | Asinh
+            | Acosh
+            | Atanh
+            | Tanh
+            | Softplus
+            | Softsign
+            | Elu { .. }
+            | Selu { .. }
+            | Celu { .. }
+            | ThresholdedRelu { .. }
+            | Mish
+            | Gelu { .. }
+            | Shrink { .. } => EpilogueAct::PerElement(act),
+        }
     }
 }

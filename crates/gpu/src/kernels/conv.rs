@@ -7,11 +7,15 @@
 //! at compile so a block's weights for one tap are adjacent: `[M/B][C/group][KH][KW][B]`.
 
 use super::matmul::{self, Product};
-use super::{activation_fn, numel, u, Lowered, Node, Operand, Reason, Step};
+use super::{activation_fn, add, numel, u, Lowered, Node, Operand, Reason, Registry, Req, Step};
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
-use std::any::Any;
 use std::sync::Arc;
+
+pub(crate) fn register(reg: &mut Registry) {
+    add::<Conv>(reg, "conv", "Conv", conv);
+    add::<ConvTranspose>(reg, "conv_transpose", "ConvTranspose", conv_transpose);
+}
 
 /// 2-D view of a 1-D or 2-D spatial shape.
 fn spatial2(v: &[usize], one: usize) -> Result<[usize; 2], Reason> {
@@ -47,7 +51,8 @@ fn bias_data(node: &Node, m: usize) -> Result<Operand, Reason> {
     )))
 }
 
-fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
+fn conv(c: &Conv, r: &Req) -> Result<Lowered, Reason> {
+    let node = &Node::of(r);
     let (x, w) = (node.shape(0)?, node.shape(1)?);
     let s = c.shapes(x, w).map_err(|e| e.to_string())?;
     let g = &s.geometry;
@@ -62,6 +67,8 @@ fn conv(node: &Node, c: &Conv) -> Result<Lowered, Reason> {
     if group == 1 && kh * kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 {
         return pointwise_product(node, c, (n, ch, m, oh * ow));
     }
+    // Before the weights are laid out: an epilogue without WGSL refuses the node.
+    let act = activation_fn(c.activation)?;
     let block = if mg.is_multiple_of(4) { 4 } else { 1 };
     let weights = node.constant_f32(1, "W")?;
     let taps = kh * kw;
@@ -134,7 +141,6 @@ fn run(i: u32) {{
   }}
 }}
 ",
-        act = activation_fn(c.activation),
     );
     let threads = n * (m / block) * oh * row_blocks;
     let step = Step::threads(
@@ -170,10 +176,11 @@ fn pointwise_product(
         activation: c.activation,
         sources: (Operand::Input(1), Operand::Input(0), bias),
     };
-    Ok(Lowered::steps(vec![matmul::step(product)]))
+    Ok(Lowered::steps(vec![matmul::step(product)?]))
 }
 
-fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
+fn conv_transpose(c: &ConvTranspose, r: &Req) -> Result<Lowered, Reason> {
+    let node = &Node::of(r);
     let (x, w) = (node.shape(0)?, node.shape(1)?);
     let s = c.shapes(x, w).map_err(|e| e.to_string())?;
     let [h, wd] = spatial2(&s.input, 1)?;
@@ -189,6 +196,7 @@ fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
     let [oh, ow] = spatial2(&s.output, 1)?;
     let (n, ch, m, group) = (s.batch, s.in_channels, s.out_channels, s.group);
     let bias = bias_data(node, m)?;
+    let act = activation_fn(c.activation)?;
     let params = sizes_params([
         n,
         ch,
@@ -243,7 +251,6 @@ fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
   out[i] = act(acc);
 }}
 ",
-        act = activation_fn(c.activation),
     );
     let step = Step::threads(
         numel(&s.output_shape()),
@@ -253,14 +260,4 @@ fn conv_transpose(node: &Node, c: &ConvTranspose) -> Result<Lowered, Reason> {
         Operand::Output(0),
     );
     Ok(Lowered::steps(vec![step]))
-}
-
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
-    if let Some(c) = op.downcast_ref::<Conv>() {
-        return conv(node, c).map(Some);
-    }
-    if let Some(c) = op.downcast_ref::<ConvTranspose>() {
-        return conv_transpose(node, c).map(Some);
-    }
-    Ok(None)
 }

@@ -1,13 +1,12 @@
 //! Element-wise kernels: unary functions and activations, binary ops with broadcasting, Clip,
 //! Swish, and BatchNormalization as a per-channel affine map.
 
-use super::{f, lit, numel, strides, u, Lowered, Node, Operand, Reason, Step};
+use super::{add, f, lit, numel, strides, u, Lowered, Node, Operand, Reason, Registry, Req, Step};
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::clip::Clip;
 use ferrolite_core::ops::elementwise::unary::{Unary, UnaryKind};
 use ferrolite_core::ops::extra::swish::Swish;
 use ferrolite_core::ops::nn::norm::BatchNorm;
-use std::any::Any;
 use std::sync::Arc;
 
 /// erf with the Abramowitz-Stegun 7.1.26 polynomial (absolute error below 1.5e-7); WGSL has
@@ -19,8 +18,9 @@ const ERF: &str = "fn erf_(x: f32) -> f32 {
 }
 ";
 
-/// The WGSL expression of a unary function of `x`, with the helpers it needs.
-fn unary_expr(kind: UnaryKind) -> Result<(String, &'static str), Reason> {
+/// The WGSL expression of a unary function of `x`, with the helpers it needs: the one
+/// definition the standalone op, Clip and the fused epilogues (`activation_fn`) share.
+pub(super) fn unary_expr(kind: UnaryKind) -> Result<(String, &'static str), Reason> {
     use UnaryKind::*;
     // tanh and exp of large arguments overflow in some drivers' expansions: the results are
     // saturated well before the clamps.
@@ -60,9 +60,22 @@ fn unary_expr(kind: UnaryKind) -> Result<(String, &'static str), Reason> {
         Gelu { tanh: true } => {
             "0.5 * x * (1.0 + tanh(clamp(0.79788456080286536 * (x + 0.044715 * x * x * x), -20.0, 20.0)))".into()
         }
-        other => return Err(format!("op {} has no GPU kernel", other.name())),
+        Clip { min, max } => clip_expr(min, max),
+        Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh | Celu { .. }
+        | Shrink { .. } => return Err(format!("op {} has no GPU kernel", kind.name())),
     };
     Ok((e, ""))
+}
+
+/// `x` clamped to `[lo, hi]`. min/max with infinities would be fine, but literals cannot
+/// spell them, so an unbounded side is left out.
+fn clip_expr(lo: f32, hi: f32) -> String {
+    match (lo.is_finite(), hi.is_finite()) {
+        (true, true) => format!("min(max(x, {}), {})", lit(lo), lit(hi)),
+        (true, false) => format!("max(x, {})", lit(lo)),
+        (false, true) => format!("min(x, {})", lit(hi)),
+        (false, false) => "x".into(),
+    }
 }
 
 /// `out[i] = expr(in0[i])`.
@@ -94,7 +107,12 @@ fn binary_fn(kind: BinaryKind) -> Result<&'static str, Reason> {
 }
 "
         }
-        other => return Err(format!("op {} has no GPU kernel", other.name())),
+        BinaryKind::Mod { .. }
+        | BinaryKind::BitwiseAnd
+        | BinaryKind::BitwiseOr
+        | BinaryKind::BitwiseXor
+        | BinaryKind::BitShiftLeft
+        | BinaryKind::BitShiftRight => return Err(format!("op {} has no GPU kernel", kind.name())),
     })
 }
 
@@ -200,47 +218,51 @@ fn scalar_input(node: &Node, i: usize, what: &str) -> Result<Option<f32>, Reason
     }
 }
 
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
+pub(crate) fn register(reg: &mut Registry) {
+    add::<Unary>(reg, "unary", "Unary", unary);
+    add::<Binary>(reg, "binary", "Binary", binary_op);
+    add::<Clip>(reg, "clip", "Clip", clip);
+    add::<Swish>(reg, "swish", "Swish", swish);
+    add::<BatchNorm>(reg, "batch_norm", "BatchNormalization", batch_norm);
+}
+
+fn unary(un: &Unary, r: &Req) -> Result<Lowered, Reason> {
+    let n = numel(Node::of(r).out_shape(0)?);
+    let (expr, helpers) = unary_expr(un.kind)?;
+    Ok(Lowered::steps(vec![map_step(n, &expr, helpers)]))
+}
+
+fn binary_op(b: &Binary, r: &Req) -> Result<Lowered, Reason> {
+    if b.legacy_axis.is_some() {
+        return Err("broadcasting with a legacy axis".into());
+    }
+    binary(&Node::of(r), b.kind)
+}
+
+/// Clip with its bounds from the inputs (constants) or the attributes: the unary Clip.
+fn clip(c: &Clip, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     let n = numel(node.out_shape(0)?);
-    if let Some(un) = op.downcast_ref::<Unary>() {
-        let (expr, helpers) = unary_expr(un.kind)?;
-        return Ok(Some(Lowered::steps(vec![map_step(n, &expr, helpers)])));
-    }
-    if let Some(b) = op.downcast_ref::<Binary>() {
-        if b.legacy_axis.is_some() {
-            return Err("broadcasting with a legacy axis".into());
-        }
-        return binary(node, b.kind).map(Some);
-    }
-    if let Some(c) = op.downcast_ref::<Clip>() {
-        let lo = scalar_input(node, 1, "min")?
-            .or(c.min)
-            .unwrap_or(f32::NEG_INFINITY);
-        let hi = scalar_input(node, 2, "max")?
-            .or(c.max)
-            .unwrap_or(f32::INFINITY);
-        // min/max with infinities would be fine, but literals cannot spell them.
-        let expr = match (lo.is_finite(), hi.is_finite()) {
-            (true, true) => format!("min(max(x, {}), {})", lit(lo), lit(hi)),
-            (true, false) => format!("max(x, {})", lit(lo)),
-            (false, true) => format!("min(x, {})", lit(hi)),
-            (false, false) => "x".into(),
-        };
-        return Ok(Some(Lowered::steps(vec![map_step(n, &expr, "")])));
-    }
-    if let Some(s) = op.downcast_ref::<Swish>() {
-        let expr = format!("x / (1.0 + exp(-{} * x))", lit(s.alpha as f32));
-        return Ok(Some(Lowered::steps(vec![map_step(n, &expr, "")])));
-    }
-    if let Some(bn) = op.downcast_ref::<BatchNorm>() {
-        return batch_norm(node, bn).map(Some);
-    }
-    Ok(None)
+    let min = scalar_input(&node, 1, "min")?
+        .or(c.min)
+        .unwrap_or(f32::NEG_INFINITY);
+    let max = scalar_input(&node, 2, "max")?
+        .or(c.max)
+        .unwrap_or(f32::INFINITY);
+    let (expr, helpers) = unary_expr(UnaryKind::Clip { min, max })?;
+    Ok(Lowered::steps(vec![map_step(n, &expr, helpers)]))
+}
+
+fn swish(s: &Swish, r: &Req) -> Result<Lowered, Reason> {
+    let n = numel(Node::of(r).out_shape(0)?);
+    let expr = format!("x / (1.0 + exp(-{} * x))", lit(s.alpha as f32));
+    Ok(Lowered::steps(vec![map_step(n, &expr, "")]))
 }
 
 /// `y = x * a[c] + b[c]` with `a = scale / sqrt(var + eps)`, `b = B - mean * a` worked out
 /// once from the constant statistics.
-fn batch_norm(node: &Node, bn: &BatchNorm) -> Result<Lowered, Reason> {
+fn batch_norm(bn: &BatchNorm, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     if node.req.outputs.len() != 1 {
         return Err("BatchNormalization with training outputs".into());
     }

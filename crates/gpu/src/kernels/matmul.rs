@@ -4,13 +4,18 @@
 //! invocation computes a 4x4 block of Y; products of fewer than 4 rows (a classifier head) run
 //! one invocation per row and 4 columns. Pointwise convolutions reuse the kernel (see `conv`).
 
-use super::{activation_fn, f, numel, u, Lowered, Node, Operand, Reason, Step};
+use super::{activation_fn, add, f, numel, u, Lowered, Node, Operand, Reason, Registry, Req, Step};
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::fully_connected::{fc_dims, FullyConnected};
 use ferrolite_core::ops::linalg::gemm::Gemm;
 use ferrolite_core::ops::linalg::matmul::{MatMul, MatMulShapes};
-use ferrolite_core::ops::nn::activation::Activation;
-use std::any::Any;
 use std::sync::Arc;
+
+pub(crate) fn register(reg: &mut Registry) {
+    add::<MatMul>(reg, "matmul", "MatMul", matmul);
+    add::<FullyConnected>(reg, "matmul", "FullyConnected", fully_connected);
+    add::<Gemm>(reg, "matmul", "Gemm", gemm);
+}
 
 /// One product in the kernel's terms.
 pub(crate) struct Product {
@@ -25,7 +30,7 @@ pub(crate) struct Product {
     pub beta: f32,
     /// Per output batch, the offsets of its A and B matrices.
     pub batches: Vec<(usize, usize)>,
-    pub activation: Option<Activation>,
+    pub activation: Option<UnaryKind>,
     /// Where A, B and C (when present) are read from.
     pub sources: (Operand, Operand, Operand),
 }
@@ -46,19 +51,21 @@ fn base_params(p: &Product) -> Vec<u32> {
     params
 }
 
-/// The product as one step: 4x4 blocks per invocation when it has rows enough.
-pub(crate) fn step(p: Product) -> Step {
-    if p.m >= BLOCKED_MIN_ROWS {
-        blocked(p)
+/// The product as one step: 4x4 blocks per invocation when it has rows enough. An epilogue
+/// without WGSL refuses it.
+pub(crate) fn step(p: Product) -> Result<Step, Reason> {
+    let act = activation_fn(p.activation)?;
+    Ok(if p.m >= BLOCKED_MIN_ROWS {
+        blocked(p, &act)
     } else {
-        rows(p)
-    }
+        rows(p, &act)
+    })
 }
 
 /// 4x4 output blocks per invocation, read straight from the buffers: each A value serves 4
 /// columns and each B value 4 rows. (Staging tiles in workgroup memory measured 1.7x slower on
 /// lavapipe, the one GPU driver this was measured on.)
-fn blocked(p: Product) -> Step {
+fn blocked(p: Product, act: &str) -> Step {
     let (bm, bn) = (p.m.div_ceil(4), p.n.div_ceil(4));
     let mut params = base_params(&p);
     params.extend([u(bm), u(bn)]);
@@ -104,7 +111,6 @@ fn blocked(p: Product) -> Step {
   }}
 }}
 ",
-        act = activation_fn(p.activation),
     );
     let threads = p.batches.len() * bm * bn;
     let (a, b, c) = p.sources;
@@ -112,7 +118,7 @@ fn blocked(p: Product) -> Step {
 }
 
 /// One invocation per row and 4 adjacent columns (when N allows).
-fn rows(p: Product) -> Step {
+fn rows(p: Product, act: &str) -> Step {
     let block = if p.n.is_multiple_of(4) { 4 } else { 1 };
     let mut params = base_params(&p);
     params.push(u(p.n / block));
@@ -143,7 +149,6 @@ fn run(i: u32) {{
   }}
 }}
 ",
-        act = activation_fn(p.activation),
     );
     let threads = p.batches.len() * p.m * (p.n / block);
     let (a, b, c) = p.sources;
@@ -181,80 +186,91 @@ fn c_strides(shape: &[usize], m: usize, n: usize) -> Result<(usize, usize), Reas
     Ok((if r == 1 { 0 } else { c }, if c == 1 { 0 } else { 1 }))
 }
 
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
-    let product = if op.is::<MatMul>() {
-        let (a, b) = (node.shape(0)?, node.shape(1)?);
-        let s = MatMulShapes::new(a, b).map_err(|e| e.to_string())?;
-        let (ai, bi) = s.batch_indices();
-        let b_rows = if b.len() == 1 { (1, 0) } else { (s.n, 1) };
-        Product {
-            m: s.m,
-            n: s.n,
-            k: s.k,
-            a: (s.k, 1),
-            b: b_rows,
-            c: None,
-            alpha: 1.0,
-            beta: 0.0,
-            batches: ai
-                .iter()
-                .zip(&bi)
-                .map(|(&x, &y)| (x * s.m * s.k, y * s.k * s.n))
-                .collect(),
-            activation: None,
-            sources: node_sources(false),
-        }
-    } else if let Some(fc) = op.downcast_ref::<FullyConnected>() {
-        let bias = if node.has(2) {
-            Some(node.shape(2)?)
-        } else {
-            None
-        };
-        let (m, k, n, _) =
-            fc_dims(node.shape(0)?, node.shape(1)?, bias).map_err(|e| e.to_string())?;
-        Product {
-            m,
-            n,
-            k,
-            a: (k, 1),
-            b: (n, 1),
-            c: bias.map(|_| (0, 1)),
-            alpha: 1.0,
-            beta: 1.0,
-            batches: vec![(0, 0)],
-            activation: fc.activation,
-            sources: node_sources(bias.is_some()),
-        }
-    } else if let Some(g) = op.downcast_ref::<Gemm>() {
-        let (a, b) = (node.shape(0)?, node.shape(1)?);
-        let (&[a0, a1], &[b0, b1]) = (a, b) else {
-            return Err(format!("Gemm of shapes {a:?} and {b:?}"));
-        };
-        let (m, k) = if g.trans_a { (a1, a0) } else { (a0, a1) };
-        let n = if g.trans_b { b0 } else { b1 };
-        let c = if node.has(2) {
-            Some(c_strides(node.shape(2)?, m, n)?)
-        } else {
-            None
-        };
-        Product {
-            m,
-            n,
-            k,
-            a: if g.trans_a { (1, m) } else { (k, 1) },
-            b: if g.trans_b { (1, k) } else { (n, 1) },
-            c,
-            alpha: g.alpha,
-            beta: g.beta,
-            batches: vec![(0, 0)],
-            activation: g.activation,
-            sources: node_sources(c.is_some()),
-        }
-    } else {
-        return Ok(None);
+fn matmul(_: &MatMul, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
+    let (a, b) = (node.shape(0)?, node.shape(1)?);
+    let s = MatMulShapes::new(a, b).map_err(|e| e.to_string())?;
+    let (ai, bi) = s.batch_indices();
+    let b_rows = if b.len() == 1 { (1, 0) } else { (s.n, 1) };
+    let product = Product {
+        m: s.m,
+        n: s.n,
+        k: s.k,
+        a: (s.k, 1),
+        b: b_rows,
+        c: None,
+        alpha: 1.0,
+        beta: 0.0,
+        batches: ai
+            .iter()
+            .zip(&bi)
+            .map(|(&x, &y)| (x * s.m * s.k, y * s.k * s.n))
+            .collect(),
+        activation: None,
+        sources: node_sources(false),
     };
+    lowered(&node, product)
+}
+
+fn fully_connected(fc: &FullyConnected, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
+    let bias = if node.has(2) {
+        Some(node.shape(2)?)
+    } else {
+        None
+    };
+    let (m, k, n, _) = fc_dims(node.shape(0)?, node.shape(1)?, bias).map_err(|e| e.to_string())?;
+    let product = Product {
+        m,
+        n,
+        k,
+        a: (k, 1),
+        b: (n, 1),
+        c: bias.map(|_| (0, 1)),
+        alpha: 1.0,
+        beta: 1.0,
+        batches: vec![(0, 0)],
+        activation: fc.activation,
+        sources: node_sources(bias.is_some()),
+    };
+    lowered(&node, product)
+}
+
+fn gemm(g: &Gemm, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
+    let (a, b) = (node.shape(0)?, node.shape(1)?);
+    let (&[a0, a1], &[b0, b1]) = (a, b) else {
+        return Err(format!("Gemm of shapes {a:?} and {b:?}"));
+    };
+    let (m, k) = if g.trans_a { (a1, a0) } else { (a0, a1) };
+    let n = if g.trans_b { b0 } else { b1 };
+    let c = if node.has(2) {
+        Some(c_strides(node.shape(2)?, m, n)?)
+    } else {
+        None
+    };
+    let product = Product {
+        m,
+        n,
+        k,
+        a: if g.trans_a { (1, m) } else { (k, 1) },
+        b: if g.trans_b { (1, k) } else { (n, 1) },
+        c,
+        alpha: g.alpha,
+        beta: g.beta,
+        batches: vec![(0, 0)],
+        activation: g.activation,
+        sources: node_sources(c.is_some()),
+    };
+    lowered(&node, product)
+}
+
+/// The node's product as its one step (none for an empty output, whose epilogue is still
+/// checked so the verdict does not depend on the shape).
+fn lowered(node: &Node, product: Product) -> Result<Lowered, Reason> {
+    let step = step(product)?;
     if numel(node.out_shape(0)?) == 0 {
-        return Ok(Some(Lowered::steps(vec![])));
+        return Ok(Lowered::steps(vec![]));
     }
-    Ok(Some(Lowered::steps(vec![step(product)])))
+    Ok(Lowered::steps(vec![step]))
 }

@@ -3,7 +3,7 @@
 //! its own strides, which may be negative for reversed slices).
 
 use super::elementwise::collapse;
-use super::{numel, strides, u, Lowered, Node, Operand, Reason, Step};
+use super::{add, numel, strides, u, Lowered, Node, Operand, Reason, Registry, Req, Step};
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::elementwise::cast::Identity;
 use ferrolite_core::ops::shape::concat::Concat;
@@ -13,7 +13,6 @@ use ferrolite_core::ops::shape::slice::{Slice, SliceArgs};
 use ferrolite_core::ops::shape::split::Split;
 use ferrolite_core::ops::shape::squeeze::{Squeeze, Unsqueeze};
 use ferrolite_core::ops::shape::transpose::Transpose;
-use std::any::Any;
 
 const STRIDED_COPY: &str = "fn run(i: u32) {
   let rank = p[3];
@@ -84,110 +83,123 @@ fn i64s(node: &Node, i: usize) -> Option<Vec<i64>> {
     node.constant(i).map(|t| t.to_i64_vec())
 }
 
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
-    let is_alias = op.is::<Reshape>()
-        || op.is::<Flatten>()
-        || op.is::<Squeeze>()
-        || op.is::<Unsqueeze>()
-        || op.is::<Identity>();
-    if is_alias {
-        return Ok(Some(Lowered::Alias));
-    }
-    if let Some(t) = op.downcast_ref::<Transpose>() {
-        let x = node.shape(0)?;
-        let perm = t.resolved_perm(x.len()).map_err(|e| e.to_string())?;
-        let xs = strides(x);
-        let y = node.out_shape(0)?;
-        let src: Vec<i64> = perm.iter().map(|&a| xs[a] as i64).collect();
-        let step = strided_copy(
-            Operand::Input(0),
-            Operand::Output(0),
-            y,
-            (0, &src),
-            (0, &signed(&strides(y))),
-        );
-        return Ok(Some(Lowered::steps(vec![step])));
-    }
-    if let Some(s) = op.downcast_ref::<Slice>() {
-        let x = node.shape(0)?;
-        let pick = |i: usize, attr: &Option<Vec<i64>>| i64s(node, i).or_else(|| attr.clone());
-        let args = SliceArgs {
-            starts: pick(1, &s.starts).ok_or("Slice without constant starts")?,
-            ends: pick(2, &s.ends).ok_or("Slice without constant ends")?,
-            axes: pick(3, &s.axes),
-            steps: pick(4, &s.steps),
-        };
-        let plan = Slice::plan(x, &args).map_err(|e| e.to_string())?;
-        let xs = strides(x);
-        let base: i64 = plan
-            .start
-            .iter()
-            .zip(&xs)
-            .map(|(&s, &st)| s * st as i64)
-            .sum();
-        let src: Vec<i64> = plan
-            .step
-            .iter()
-            .zip(&xs)
-            .map(|(&s, &st)| s * st as i64)
-            .collect();
-        let step = strided_copy(
-            Operand::Input(0),
-            Operand::Output(0),
-            &plan.shape,
-            (base, &src),
-            (0, &signed(&strides(&plan.shape))),
-        );
-        return Ok(Some(Lowered::steps(vec![step])));
-    }
-    if let Some(s) = op.downcast_ref::<Split>() {
-        let x = node.shape(0)?;
-        let axis = normalize_axis(s.axis, x.len()).map_err(|e| e.to_string())?;
-        let given = i64s(node, 1);
-        let sizes = s
-            .sizes(x[axis], given.as_deref())
-            .map_err(|e| e.to_string())?;
-        let xs = signed(&strides(x));
-        let mut steps = Vec::new();
-        let mut at = 0usize;
-        for (k, &len) in sizes.iter().enumerate() {
-            let y = node.out_shape(k)?;
-            if numel(y) > 0 {
-                steps.push(strided_copy(
-                    Operand::Input(0),
-                    Operand::Output(k),
-                    y,
-                    (at as i64 * xs[axis], &xs),
-                    (0, &signed(&strides(y))),
-                ));
-            }
-            at += len;
+pub(crate) fn register(reg: &mut Registry) {
+    add::<Reshape>(reg, "alias", "Reshape", alias);
+    add::<Flatten>(reg, "alias", "Flatten", alias);
+    add::<Squeeze>(reg, "alias", "Squeeze", alias);
+    add::<Unsqueeze>(reg, "alias", "Unsqueeze", alias);
+    add::<Identity>(reg, "alias", "Identity", alias);
+    add::<Transpose>(reg, "strided_copy", "Transpose", transpose);
+    add::<Slice>(reg, "strided_copy", "Slice", slice);
+    add::<Split>(reg, "strided_copy", "Split", split);
+    add::<Concat>(reg, "strided_copy", "Concat", concat);
+}
+
+/// Shape-only ops: the output is the input's buffer (shape inference has checked the sizes).
+fn alias<O>(_: &O, _: &Req) -> Result<Lowered, Reason> {
+    Ok(Lowered::Alias)
+}
+
+fn transpose(t: &Transpose, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
+    let x = node.shape(0)?;
+    let perm = t.resolved_perm(x.len()).map_err(|e| e.to_string())?;
+    let xs = strides(x);
+    let y = node.out_shape(0)?;
+    let src: Vec<i64> = perm.iter().map(|&a| xs[a] as i64).collect();
+    let step = strided_copy(
+        Operand::Input(0),
+        Operand::Output(0),
+        y,
+        (0, &src),
+        (0, &signed(&strides(y))),
+    );
+    Ok(Lowered::steps(vec![step]))
+}
+
+fn slice(s: &Slice, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
+    let x = node.shape(0)?;
+    let pick = |i: usize, attr: &Option<Vec<i64>>| i64s(&node, i).or_else(|| attr.clone());
+    let args = SliceArgs {
+        starts: pick(1, &s.starts).ok_or("Slice without constant starts")?,
+        ends: pick(2, &s.ends).ok_or("Slice without constant ends")?,
+        axes: pick(3, &s.axes),
+        steps: pick(4, &s.steps),
+    };
+    let plan = Slice::plan(x, &args).map_err(|e| e.to_string())?;
+    let xs = strides(x);
+    let base: i64 = plan
+        .start
+        .iter()
+        .zip(&xs)
+        .map(|(&s, &st)| s * st as i64)
+        .sum();
+    let src: Vec<i64> = plan
+        .step
+        .iter()
+        .zip(&xs)
+        .map(|(&s, &st)| s * st as i64)
+        .collect();
+    let step = strided_copy(
+        Operand::Input(0),
+        Operand::Output(0),
+        &plan.shape,
+        (base, &src),
+        (0, &signed(&strides(&plan.shape))),
+    );
+    Ok(Lowered::steps(vec![step]))
+}
+
+fn split(s: &Split, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
+    let x = node.shape(0)?;
+    let axis = normalize_axis(s.axis, x.len()).map_err(|e| e.to_string())?;
+    let given = i64s(&node, 1);
+    let sizes = s
+        .sizes(x[axis], given.as_deref())
+        .map_err(|e| e.to_string())?;
+    let xs = signed(&strides(x));
+    let mut steps = Vec::new();
+    let mut at = 0usize;
+    for (k, &len) in sizes.iter().enumerate() {
+        let y = node.out_shape(k)?;
+        if numel(y) > 0 {
+            steps.push(strided_copy(
+                Operand::Input(0),
+                Operand::Output(k),
+                y,
+                (at as i64 * xs[axis], &xs),
+                (0, &signed(&strides(y))),
+            ));
         }
-        return Ok(Some(Lowered::steps(steps)));
+        at += len;
     }
-    if let Some(c) = op.downcast_ref::<Concat>() {
-        let y = node.out_shape(0)?;
-        let axis = normalize_axis(c.axis, y.len()).map_err(|e| e.to_string())?;
-        if node.req.inputs.len() > 64 {
-            return Err(format!("Concat of {} inputs", node.req.inputs.len()));
-        }
-        let ys = signed(&strides(y));
-        let mut steps = Vec::new();
-        let mut at = 0usize;
-        for i in 0..node.req.inputs.len() {
-            let x = node.shape(i)?;
-            if numel(x) > 0 {
-                steps.push(strided_copy(
-                    Operand::Input(i),
-                    Operand::Output(0),
-                    x,
-                    (0, &signed(&strides(x))),
-                    (at as i64 * ys[axis], &ys),
-                ));
-            }
-            at += x[axis];
-        }
-        return Ok(Some(Lowered::steps(steps)));
+    Ok(Lowered::steps(steps))
+}
+
+fn concat(c: &Concat, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
+    let y = node.out_shape(0)?;
+    let axis = normalize_axis(c.axis, y.len()).map_err(|e| e.to_string())?;
+    if node.req.inputs.len() > 64 {
+        return Err(format!("Concat of {} inputs", node.req.inputs.len()));
     }
-    Ok(None)
+    let ys = signed(&strides(y));
+    let mut steps = Vec::new();
+    let mut at = 0usize;
+    for i in 0..node.req.inputs.len() {
+        let x = node.shape(i)?;
+        if numel(x) > 0 {
+            steps.push(strided_copy(
+                Operand::Input(i),
+                Operand::Output(0),
+                x,
+                (0, &signed(&strides(x))),
+                (at as i64 * ys[axis], &ys),
+            ));
+        }
+        at += x[axis];
+    }
+    Ok(Lowered::steps(steps))
 }

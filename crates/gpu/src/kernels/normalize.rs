@@ -2,11 +2,15 @@
 //! workgroup (64 lanes stride over it and combine through workgroup memory); Softmax over an
 //! inner axis runs one invocation per row.
 
-use super::{u, Lowered, Node, Operand, Reason, Step};
+use super::{add, u, Lowered, Node, Operand, Reason, Registry, Req, Step};
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::nn::norm::LayerNorm;
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
-use std::any::Any;
+
+pub(crate) fn register(reg: &mut Registry) {
+    add::<Softmax>(reg, "softmax", "Softmax", softmax);
+    add::<LayerNorm>(reg, "layer_norm", "LayerNormalization", layer_norm);
+}
 
 /// Workgroup reductions: every lane passes its partial value and gets the row's total.
 const REDUCE: &str = "var<workgroup> red: array<f32, 64>;
@@ -34,7 +38,8 @@ fn wg_max(v: f32, lane: u32) -> f32 {
 }
 ";
 
-fn softmax(node: &Node, s: &Softmax) -> Result<Lowered, Reason> {
+fn softmax(s: &Softmax, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     let log = match s.kind {
         SoftmaxKind::Softmax => false,
         SoftmaxKind::LogSoftmax => true,
@@ -119,7 +124,8 @@ fn per_row(t: &[usize], x: &[usize], axis: usize) -> bool {
         })
 }
 
-fn layer_norm(node: &Node, ln: &LayerNorm) -> Result<Lowered, Reason> {
+fn layer_norm(ln: &LayerNorm, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     if ln.num_outputs > 1 || node.req.outputs.len() > 1 {
         return Err("LayerNormalization with Mean/InvStdDev outputs".into());
     }
@@ -169,14 +175,4 @@ fn layer_norm(node: &Node, ln: &LayerNorm) -> Result<Lowered, Reason> {
         Operand::Output(0),
     );
     Ok(Lowered::steps(vec![step]))
-}
-
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
-    if let Some(s) = op.downcast_ref::<Softmax>() {
-        return softmax(node, s).map(Some);
-    }
-    if let Some(ln) = op.downcast_ref::<LayerNorm>() {
-        return layer_norm(node, ln).map(Some);
-    }
-    Ok(None)
 }

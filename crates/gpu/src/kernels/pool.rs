@@ -1,11 +1,16 @@
 //! MaxPool and AveragePool (1-D and 2-D windows, padding, dilation, ceil mode, either
 //! count_include_pad) and the global pools: one invocation per output value.
 
-use super::{numel, u, Lowered, Node, Operand, Reason, Step};
+use super::{add, numel, u, Lowered, Node, Operand, Reason, Registry, Req, Step};
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
-use std::any::Any;
 
-fn pool(node: &Node, p: &Pool) -> Result<Lowered, Reason> {
+pub(crate) fn register(reg: &mut Registry) {
+    add::<Pool>(reg, "pool", "Pool", pool);
+    add::<GlobalPool>(reg, "global_pool", "GlobalPool", global_pool);
+}
+
+fn pool(p: &Pool, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     if p.with_indices || node.req.outputs.len() > 1 {
         return Err("MaxPool with the indices output".into());
     }
@@ -107,7 +112,8 @@ fn pool(node: &Node, p: &Pool) -> Result<Lowered, Reason> {
     )]))
 }
 
-fn global_pool(node: &Node, g: &GlobalPool) -> Result<Lowered, Reason> {
+fn global_pool(g: &GlobalPool, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     let x = node.shape(0)?;
     if x.len() < 2 {
         return Err(format!("global pooling of rank {} input", x.len()));
@@ -139,14 +145,4 @@ fn global_pool(node: &Node, g: &GlobalPool) -> Result<Lowered, Reason> {
         vec![Operand::Input(0)],
         Operand::Output(0),
     )]))
-}
-
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
-    if let Some(p) = op.downcast_ref::<Pool>() {
-        return pool(node, p).map(Some);
-    }
-    if let Some(g) = op.downcast_ref::<GlobalPool>() {
-        return global_pool(node, g).map(Some);
-    }
-    Ok(None)
 }

@@ -3,11 +3,17 @@
 //! reduced axes; Pad's per-axis source maps, uploaded as tables) so they agree with the
 //! reference by construction.
 
-use super::{numel, strides, u, Elem, Grid, Lowered, Node, Operand, Reason, Step};
+use super::{
+    add, numel, strides, u, Elem, Grid, Lowered, Node, Operand, Reason, Registry, Req, Step,
+};
 use ferrolite_core::ops::nn::reduce::{resolve_axes, Reduce, ReduceKind};
 use ferrolite_core::ops::shape::pad::Pad;
-use std::any::Any;
 use std::sync::Arc;
+
+pub(crate) fn register(reg: &mut Registry) {
+    add::<Reduce>(reg, "reduce", "Reduce", reduce);
+    add::<Pad>(reg, "pad", "Pad", pad);
+}
 
 /// (initial value, accumulation of `v` into `acc`, result from `acc` and the count `n`).
 fn reduce_parts(kind: ReduceKind) -> Option<(&'static str, &'static str, &'static str)> {
@@ -25,14 +31,15 @@ fn reduce_parts(kind: ReduceKind) -> Option<(&'static str, &'static str, &'stati
     })
 }
 
-fn reduce(node: &Node, r: &Reduce) -> Result<Lowered, Reason> {
+fn reduce(op: &Reduce, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     let x = node.shape(0)?;
     let axes_input = if node.has(1) {
         Some(node.constant(1).ok_or("axes (input 1) is not a constant")?)
     } else {
         None
     };
-    let Some(axes) = resolve_axes(r, axes_input, x.len()).map_err(|e| e.to_string())? else {
+    let Some(axes) = resolve_axes(op, axes_input, x.len()).map_err(|e| e.to_string())? else {
         return Ok(Lowered::Alias);
     };
     let xs = strides(x);
@@ -74,7 +81,7 @@ fn reduced_offset(r: u32) -> u32 {
   return off;
 }
 ";
-    let body = match reduce_parts(r.kind) {
+    let body = match reduce_parts(op.kind) {
         Some((init, step, finish)) => format!(
             "{offset_fns}fn run(i: u32) {{
   let base = kept_offset(i);
@@ -112,7 +119,8 @@ fn reduced_offset(r: u32) -> u32 {
 /// Marks a constant-filled position in Pad's source tables.
 const FILL: u32 = u32::MAX;
 
-fn pad(node: &Node, p: &Pad) -> Result<Lowered, Reason> {
+fn pad(p: &Pad, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     let x = node.shape(0)?;
     let y = node.out_shape(0)?;
     let ints = |i: usize, what: &str| -> Result<Option<Vec<i64>>, Reason> {
@@ -170,14 +178,4 @@ fn pad(node: &Node, p: &Pad) -> Result<Lowered, Reason> {
         write: Operand::Output(0),
         grid: Grid::Threads(numel(y) as u64),
     }]))
-}
-
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
-    if let Some(r) = op.downcast_ref::<Reduce>() {
-        return reduce(node, r).map(Some);
-    }
-    if let Some(p) = op.downcast_ref::<Pad>() {
-        return pad(node, p).map(Some);
-    }
-    Ok(None)
 }

@@ -3,10 +3,13 @@
 //! the op's own `axis_tables`, worked out at compile, so the GPU samples exactly where the
 //! reference does.
 
-use super::{numel, u, Elem, Lowered, Node, Operand, Reason, Step};
+use super::{add, numel, u, Elem, Lowered, Node, Operand, Reason, Registry, Req, Step};
 use ferrolite_core::ops::nn::resize::Resize;
-use std::any::Any;
 use std::sync::Arc;
+
+pub(crate) fn register(reg: &mut Registry) {
+    add::<Resize>(reg, "resample", "Resize", resize);
+}
 
 const RESAMPLE: &str = "fn run(i: u32) {
   let in_len = p[2]; let out_len = p[3]; let inner = p[4]; let nt = p[5];
@@ -23,7 +26,8 @@ const RESAMPLE: &str = "fn run(i: u32) {
 }
 ";
 
-fn resize(node: &Node, r: &Resize) -> Result<Lowered, Reason> {
+fn resize(op: &Resize, r: &Req) -> Result<Lowered, Reason> {
+    let node = Node::of(r);
     let x = node.shape(0)?;
     let y = node.out_shape(0)?;
     let inputs: Vec<_> = (0..node.req.inputs.len())
@@ -32,7 +36,7 @@ fn resize(node: &Node, r: &Resize) -> Result<Lowered, Reason> {
     if let Some(i) = (1..inputs.len()).find(|&i| node.has(i) && inputs[i].is_none()) {
         return Err(format!("Resize input {i} is not a constant"));
     }
-    let (out, taps) = r.axis_tables(x, &inputs).map_err(|e| e.to_string())?;
+    let (out, taps) = op.axis_tables(x, &inputs).map_err(|e| e.to_string())?;
     if out != y {
         return Err(format!(
             "Resize output {out:?} differs from the inferred {y:?}"
@@ -102,11 +106,4 @@ fn resize(node: &Node, r: &Resize) -> Result<Lowered, Reason> {
         });
     }
     Ok(Lowered::Steps { scratch, steps })
-}
-
-pub(crate) fn lower(node: &Node, op: &dyn Any) -> Result<Option<Lowered>, Reason> {
-    if let Some(r) = op.downcast_ref::<Resize>() {
-        return resize(node, r).map(Some);
-    }
-    Ok(None)
 }

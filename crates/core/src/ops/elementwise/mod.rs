@@ -7,6 +7,7 @@ pub mod clip;
 pub mod compare;
 pub mod dropout;
 pub mod logical;
+pub mod real;
 pub mod unary;
 pub mod variadic;
 pub mod where_;
@@ -17,7 +18,8 @@ pub use clip::Clip;
 pub use compare::{Compare, CompareKind};
 pub use dropout::Dropout;
 pub use logical::{BitwiseNot, IsInf, IsNaN, Logical, LogicalKind, Not};
-pub use unary::{unary_f32, unary_f64, Unary, UnaryKind};
+pub use real::Real;
+pub use unary::{Unary, UnaryKind};
 pub use variadic::{Variadic, VariadicKind};
 pub use where_::Where;
 

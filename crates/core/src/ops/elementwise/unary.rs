@@ -1,8 +1,14 @@
 //! Unary math and activation functions: one op, [`Unary`], parametrised by [`UnaryKind`].
 //!
-//! Floats are computed in f64 ([`unary_f64`]) and rounded once to the element type. The kinds
-//! that ONNX also defines on integers (Abs, Neg, Sign, Relu, Shrink) use exact integer
-//! arithmetic there.
+//! [`UnaryKind`] is the one definition of every element-wise function: the standalone op, the
+//! epilogue a Conv / Gemm / FullyConnected applies after its bias (see
+//! [`UnaryKind::fuses_as_epilogue`]), the CPU kernels and the GPU's WGSL all take it, and its
+//! formula ([`UnaryKind::apply`]) is written once, generic over f32 and f64. Backends match it
+//! exhaustively, so a new kind does not compile until each handles or refuses it by name.
+//!
+//! The reference computes floats in f64 and rounds once to the element type. The kinds that
+//! ONNX also defines on integers (Abs, Neg, Sign, Relu, Shrink) use exact integer arithmetic
+//! there.
 
 use super::Int;
 use crate::dispatch_int;
@@ -70,6 +76,12 @@ pub enum UnaryKind {
         bias: f32,
         lambd: f32,
     },
+    /// Clip to `[min, max]` with constant bounds (Relu6 is `Clip { min: 0, max: 6 }`); the
+    /// standalone op with bound inputs is [`super::clip::Clip`].
+    Clip {
+        min: f32,
+        max: f32,
+    },
 }
 
 impl UnaryKind {
@@ -133,6 +145,51 @@ impl UnaryKind {
             Mish => "Mish",
             Gelu { .. } => "Gelu",
             Shrink { .. } => "Shrink",
+            Clip { .. } => "Clip",
+        }
+    }
+
+    /// Whether the fusion passes fold this function into the epilogue of the op producing its
+    /// input (Conv, ConvTranspose, Gemm, FullyConnected). Every backend computes any kind
+    /// there; these are the ones cheap enough in a tile's epilogue to be worth it.
+    pub fn fuses_as_epilogue(self) -> bool {
+        use UnaryKind::*;
+        match self {
+            Relu | Clip { .. } | LeakyRelu { .. } | HardSigmoid { .. } | HardSwish | Sigmoid => {
+                true
+            }
+            Abs
+            | Neg
+            | Exp
+            | Log
+            | Sqrt
+            | Reciprocal
+            | Floor
+            | Ceil
+            | Round
+            | Sign
+            | Erf
+            | Sin
+            | Cos
+            | Tan
+            | Asin
+            | Acos
+            | Atan
+            | Sinh
+            | Cosh
+            | Asinh
+            | Acosh
+            | Atanh
+            | Tanh
+            | Softplus
+            | Softsign
+            | Elu { .. }
+            | Selu { .. }
+            | Celu { .. }
+            | ThresholdedRelu { .. }
+            | Mish
+            | Gelu { .. }
+            | Shrink { .. } => false,
         }
     }
 
@@ -146,124 +203,203 @@ impl UnaryKind {
     }
 }
 
-/// The function on f64.
-pub fn unary_f64(kind: UnaryKind, x: f64) -> f64 {
-    use UnaryKind::*;
-    match kind {
-        Abs => x.abs(),
-        Neg => -x,
-        Exp => x.exp(),
-        Log => x.ln(),
-        Sqrt => x.sqrt(),
-        Reciprocal => 1.0 / x,
-        Floor => x.floor(),
-        Ceil => x.ceil(),
-        Round => x.round_ties_even(),
-        Sign => {
-            if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else {
-                // 0 stays 0, NaN stays NaN.
-                x
+impl UnaryKind {
+    /// The function, in f32 or f64 (the reference computes in f64 and rounds once).
+    #[inline(always)]
+    pub fn apply<F: super::real::Real>(self, x: F) -> F {
+        use UnaryKind::*;
+        let c = F::from_f64;
+        let (zero, one) = (c(0.0), c(1.0));
+        match self {
+            Abs => x.abs(),
+            Neg => -x,
+            Exp => x.exp(),
+            Log => x.ln(),
+            Sqrt => x.sqrt(),
+            Reciprocal => one / x,
+            Floor => x.floor(),
+            Ceil => x.ceil(),
+            Round => x.round_ties_even(),
+            Sign => {
+                if x > zero {
+                    one
+                } else if x < zero {
+                    -one
+                } else {
+                    // 0 stays 0, NaN stays NaN.
+                    x
+                }
+            }
+            Erf => c(erf(x.to_f64())),
+            Sin => x.sin(),
+            Cos => x.cos(),
+            Tan => x.tan(),
+            Asin => x.asin(),
+            Acos => x.acos(),
+            Atan => x.atan(),
+            Sinh => x.sinh(),
+            Cosh => x.cosh(),
+            Asinh => x.asinh(),
+            Acosh => x.acosh(),
+            Atanh => x.atanh(),
+            Relu => {
+                if x < zero {
+                    zero
+                } else {
+                    x
+                }
+            }
+            Sigmoid => sigmoid(x),
+            Tanh => x.tanh(),
+            Softplus => softplus(x),
+            Softsign => x / (one + x.abs()),
+            LeakyRelu { alpha } => {
+                if x < zero {
+                    F::of(alpha) * x
+                } else {
+                    x
+                }
+            }
+            Elu { alpha } => {
+                if x < zero {
+                    F::of(alpha) * x.exp_m1()
+                } else {
+                    x
+                }
+            }
+            Selu { alpha, gamma } => {
+                let (a, g) = (F::of(alpha), F::of(gamma));
+                if x > zero {
+                    g * x
+                } else {
+                    g * (a * x.exp() - a)
+                }
+            }
+            Celu { alpha } => {
+                let a = F::of(alpha);
+                x.max(zero) + (a * (x / a).exp_m1()).min(zero)
+            }
+            ThresholdedRelu { alpha } => {
+                if x > F::of(alpha) {
+                    x
+                } else {
+                    zero
+                }
+            }
+            HardSigmoid { alpha, beta } => clamp(F::of(alpha) * x + F::of(beta), zero, one),
+            HardSwish => x * clamp(x / c(6.0) + c(0.5), zero, one),
+            Mish => x * softplus(x).tanh(),
+            Gelu { tanh: false } => {
+                c(0.5) * x * (one + c(erf((x / c(std::f64::consts::SQRT_2)).to_f64())))
+            }
+            Gelu { tanh: true } => {
+                let k = c((2.0 / std::f64::consts::PI).sqrt());
+                c(0.5) * x * (one + (k * (x + c(0.044715) * x * x * x)).tanh())
+            }
+            Shrink { bias, lambd } => {
+                let (b, l) = (F::of(bias), F::of(lambd));
+                if x < -l {
+                    x + b
+                } else if x > l {
+                    x - b
+                } else {
+                    zero
+                }
+            }
+            // The comparisons of the Clip op: NaN passes through.
+            Clip { min, max } => {
+                let (lo, hi) = (F::of(min), F::of(max));
+                let v = if x < lo { lo } else { x };
+                if v > hi {
+                    hi
+                } else {
+                    v
+                }
             }
         }
-        Erf => erf(x),
-        Sin => x.sin(),
-        Cos => x.cos(),
-        Tan => x.tan(),
-        Asin => x.asin(),
-        Acos => x.acos(),
-        Atan => x.atan(),
-        Sinh => x.sinh(),
-        Cosh => x.cosh(),
-        Asinh => x.asinh(),
-        Acosh => x.acosh(),
-        Atanh => x.atanh(),
-        Relu => {
-            if x < 0.0 {
-                0.0
-            } else {
-                x
+    }
+
+    /// `x` through an optional epilogue.
+    #[inline(always)]
+    pub fn apply_optional<F: super::real::Real>(act: Option<UnaryKind>, x: F) -> F {
+        match act {
+            Some(a) => a.apply(x),
+            None => x,
+        }
+    }
+}
+
+impl std::fmt::Display for UnaryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use UnaryKind::*;
+        let name = self.name();
+        match *self {
+            LeakyRelu { alpha } | Elu { alpha } | Celu { alpha } | ThresholdedRelu { alpha } => {
+                write!(f, "{name}({alpha})")
             }
-        }
-        Sigmoid => sigmoid(x),
-        Tanh => x.tanh(),
-        Softplus => softplus(x),
-        Softsign => x / (1.0 + x.abs()),
-        LeakyRelu { alpha } => {
-            if x < 0.0 {
-                alpha as f64 * x
-            } else {
-                x
-            }
-        }
-        Elu { alpha } => {
-            if x < 0.0 {
-                alpha as f64 * x.exp_m1()
-            } else {
-                x
-            }
-        }
-        Selu { alpha, gamma } => {
-            let (a, g) = (alpha as f64, gamma as f64);
-            if x > 0.0 {
-                g * x
-            } else {
-                g * (a * x.exp() - a)
-            }
-        }
-        Celu { alpha } => {
-            let a = alpha as f64;
-            x.max(0.0) + (a * (x / a).exp_m1()).min(0.0)
-        }
-        ThresholdedRelu { alpha } => {
-            if x > alpha as f64 {
-                x
-            } else {
-                0.0
-            }
-        }
-        HardSigmoid { alpha, beta } => (alpha as f64 * x + beta as f64).clamp(0.0, 1.0),
-        HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
-        Mish => x * softplus(x).tanh(),
-        Gelu { tanh: false } => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
-        Gelu { tanh: true } => {
-            let c = (2.0 / std::f64::consts::PI).sqrt();
-            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-        }
-        Shrink { bias, lambd } => {
-            let (b, l) = (bias as f64, lambd as f64);
-            if x < -l {
-                x + b
-            } else if x > l {
-                x - b
-            } else {
-                0.0
+            Selu { alpha, gamma } => write!(f, "{name}({alpha}, {gamma})"),
+            HardSigmoid { alpha, beta } => write!(f, "{name}({alpha}, {beta})"),
+            Shrink { bias, lambd } => write!(f, "{name}({bias}, {lambd})"),
+            Clip { min, max } => write!(f, "{name}({min}, {max})"),
+            Gelu { tanh: true } => write!(f, "{name}(tanh)"),
+            Abs
+            | Neg
+            | Exp
+            | Log
+            | Sqrt
+            | Reciprocal
+            | Floor
+            | Ceil
+            | Round
+            | Sign
+            | Erf
+            | Sin
+            | Cos
+            | Tan
+            | Asin
+            | Acos
+            | Atan
+            | Sinh
+            | Cosh
+            | Asinh
+            | Acosh
+            | Atanh
+            | Relu
+            | Sigmoid
+            | Tanh
+            | Softplus
+            | Softsign
+            | HardSwish
+            | Mish
+            | Gelu { tanh: false } => {
+                write!(f, "{name}")
             }
         }
     }
 }
 
-/// The function on f32 (computed in f64, rounded once).
-pub fn unary_f32(kind: UnaryKind, x: f32) -> f32 {
-    unary_f64(kind, x as f64) as f32
+/// `v` clamped to `[lo, hi]`; NaN stays NaN.
+#[inline(always)]
+fn clamp<F: super::real::Real>(v: F, lo: F, hi: F) -> F {
+    v.max(lo).min(hi)
 }
 
-fn sigmoid(x: f64) -> f64 {
+#[inline(always)]
+fn sigmoid<F: super::real::Real>(x: F) -> F {
+    let one = F::from_f64(1.0);
     // Split by sign so exp never overflows into inf/inf.
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
+    if x >= F::from_f64(0.0) {
+        one / (one + (-x).exp())
     } else {
         let e = x.exp();
-        e / (1.0 + e)
+        e / (one + e)
     }
 }
 
 /// `ln(1 + e^x)` without overflow.
-fn softplus(x: f64) -> f64 {
-    x.max(0.0) + (-x.abs()).exp().ln_1p()
+#[inline(always)]
+fn softplus<F: super::real::Real>(x: F) -> F {
+    x.max(F::from_f64(0.0)) + (-x.abs()).exp().ln_1p()
 }
 
 /// The error function, to about 1e-14 relative: the Maclaurin series below 2.5 and the
@@ -324,7 +460,7 @@ fn int_unary<T: Int>(kind: UnaryKind, v: T) -> T {
                 v
             }
         }
-        _ => T::from_f64(unary_f64(kind, v.to_f64())),
+        _ => T::from_f64(kind.apply(v.to_f64())),
     }
 }
 
@@ -376,7 +512,7 @@ impl Op for Unary {
         let kind = self.kind;
         let dt = x.dtype();
         let out = dispatch_float!(dt, T => {
-            unary_map::<T, T>(x, |v| T::from_f64(unary_f64(kind, v.to_f64())))?
+            unary_map::<T, T>(x, |v| T::from_f64(kind.apply(v.to_f64())))?
         }, {
             dispatch_int!(dt, T => { unary_map::<T, T>(x, |v| int_unary(kind, v))? },
                 op_bail!("{} does not support {dt} inputs", kind.name()))

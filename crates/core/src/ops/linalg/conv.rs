@@ -6,7 +6,7 @@
 use super::conv_geometry::{for_each_index, ConvGeometry, ConvParams};
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
-use crate::ops::nn::activation::{apply_optional_f64, Activation};
+use crate::ops::elementwise::unary::UnaryKind;
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// Resolved shapes of a convolution: geometry plus channel counts.
@@ -61,52 +61,6 @@ impl ConvShapes {
         let mut s = vec![self.batch, self.out_channels];
         s.extend_from_slice(&self.geometry.output);
         s
-    }
-
-    /// Whether a Winograd kernel can compute this convolution at all: 2-D, 3x3, stride 1,
-    /// dilation 1, one group, at least 16 output channels and 4x4 outputs (whether it pays
-    /// is [`Self::winograd_tile`]'s question).
-    pub fn winograd_shaped(&self) -> bool {
-        let g = &self.geometry;
-        g.input.len() == 2
-            && g.kernel == [3, 3]
-            && g.strides == [1, 1]
-            && g.dilations == [1, 1]
-            && self.group == 1
-            && self.out_channels >= 16
-            && g.output.iter().all(|&o| o >= 4)
-    }
-
-    /// The output tile side (4 or 2) of the Winograd F(t x t, 3x3) a CPU runs this
-    /// convolution with, when it is a 2-D 3x3 stride-1 group-1 convolution big enough for
-    /// Winograd to pay; `None` otherwise. One rule for the CPU's kernel choice and the
-    /// `layout-nchwc` pass (which leaves these convolutions plain).
-    pub fn winograd_tile(&self) -> Option<usize> {
-        // Below 64 input channels its 16 GEMMs of depth C spend more on storing and
-        // transforming products than they save in multiplies (squeezenet's 16..48-channel
-        // expand convs run faster without).
-        const MIN_IN_CHANNELS: usize = 64;
-        // From 12x12 outputs 4x4 tiles (1.1-1.3x faster on resnet18's 56x56 to 14x14 convs);
-        // below, each GEMM covers too few tiles to fill the microkernel's panels (a 7x7
-        // output has 4 tiles; there F(4x4) is 2x slower).
-        const F4_MIN_OUTPUTS: usize = 12 * 12;
-        // Multiply-adds (output x input channels x tiles) from which each of its GEMMs pays
-        // for the transforms and the transformed weights (2.25-4x the plain ones): in
-        // resnet18 (256x256 channels on 16 tiles: 1M) it wins by 1.3x; on squeezenet's last
-        // 13x13 convs (256x64 on 16 tiles: 262K) the plain GEMM was 1.1-1.3x faster.
-        const MIN_GEMM_MACS: usize = 1 << 19;
-        let g = &self.geometry;
-        if !self.winograd_shaped() || self.in_channels < MIN_IN_CHANNELS {
-            return None;
-        }
-        let outputs: usize = g.output.iter().product();
-        let t = if outputs >= F4_MIN_OUTPUTS { 4 } else { 2 };
-        let tiles: usize = g.output.iter().map(|o| o.div_ceil(t)).product();
-        let macs = self
-            .out_channels
-            .saturating_mul(self.in_channels)
-            .saturating_mul(tiles);
-        (macs >= MIN_GEMM_MACS).then_some(t)
     }
 
     /// Checks an optional per-output-channel vector (bias, zero point) has `M` elements.
@@ -177,7 +131,7 @@ pub struct Conv {
     pub params: ConvParams,
     pub group: usize,
     /// Applied to every output element after the bias.
-    pub activation: Option<Activation>,
+    pub activation: Option<UnaryKind>,
 }
 
 impl Default for Conv {
@@ -240,7 +194,7 @@ impl Op for Conv {
         let act = self.activation;
         let y = tensor_from_sink(x.dtype(), &s.output_shape(), |sink| {
             conv_reference(&s, &xv, &wv, bv.as_deref(), &mut |v| {
-                sink(apply_optional_f64(act, v))
+                sink(UnaryKind::apply_optional(act, v))
             })
         })?;
         Ok(vec![y])
@@ -446,7 +400,7 @@ mod tests {
         assert_eq!(y[0].shape(), &[1, 2, 2]);
         // The fused epilogue applies after the bias: ch1's first value 0 stays, others clip.
         let clipped = Conv {
-            activation: Some(Activation::Clip { min: 1.0, max: 6.0 }),
+            activation: Some(UnaryKind::Clip { min: 1.0, max: 6.0 }),
             ..c.clone()
         };
         let yc = clipped.eval(&[Some(&x), Some(&w), Some(&b)]).unwrap();

@@ -7,7 +7,7 @@
 use super::conv_geometry::{for_each_index, AutoPad, ConvParams};
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
-use crate::ops::nn::activation::{apply_optional_f64, Activation};
+use crate::ops::elementwise::unary::UnaryKind;
 use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -15,7 +15,7 @@ pub struct ConvTranspose {
     pub params: ConvParams,
     pub group: usize,
     /// Fused epilogue activation, applied after the bias (set by the fusion pass).
-    pub activation: Option<Activation>,
+    pub activation: Option<UnaryKind>,
     /// Extra size added at the end of each spatial dimension. Default: all 0.
     pub output_padding: Option<Vec<usize>>,
     /// Requested spatial output shape (the last `rank` values are used); pads are then derived.
@@ -266,7 +266,7 @@ impl Op for ConvTranspose {
         let act = self.activation;
         let y = tensor_from_sink(x.dtype(), &s.output_shape(), |sink| {
             conv_transpose_reference(&s, &xv, &wv, bv.as_deref(), &mut |v| {
-                sink(apply_optional_f64(act, v))
+                sink(UnaryKind::apply_optional(act, v))
             })
         })?;
         Ok(vec![y])

@@ -6,13 +6,13 @@
 
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
-use crate::ops::nn::activation::{apply_optional_f64, Activation};
+use crate::ops::elementwise::unary::UnaryKind;
 use crate::{op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FullyConnected {
     /// Fused epilogue activation, applied after the bias.
-    pub activation: Option<Activation>,
+    pub activation: Option<UnaryKind>,
 }
 
 /// Rows (`M`: the product of X's leading dims), `K`, `N` and the output shape.
@@ -103,7 +103,7 @@ impl Op for FullyConnected {
                     for p in 0..k {
                         acc += xv[i * k + p] * wv[p * n + j];
                     }
-                    sink(apply_optional_f64(self.activation, acc));
+                    sink(UnaryKind::apply_optional(self.activation, acc));
                 }
             }
         })?;
@@ -136,7 +136,7 @@ mod tests {
         // row 0: [1+0+6, 0.5-2+3] + b = [7.5, 1.0]; row 1: [-1+0+2, -0.5+0+1] + b = [1.5, 0.0]
         assert_eq!(y.as_slice::<f32>().unwrap(), &[7.5, 1.0, 1.5, 0.0]);
         let relu = FullyConnected {
-            activation: Some(Activation::Clip { min: 0.0, max: 6.0 }),
+            activation: Some(UnaryKind::Clip { min: 0.0, max: 6.0 }),
         };
         let y = relu.eval(&[Some(&x), Some(&w), None]).unwrap().remove(0);
         // Without bias: [7, 1.5, 1, 0.5] clipped to [0, 6].

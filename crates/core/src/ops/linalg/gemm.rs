@@ -3,7 +3,7 @@
 
 use super::tensor_from_sink;
 use crate::op::{input, optional, output, required, Prototype};
-use crate::ops::nn::activation::{apply_optional_f64, Activation};
+use crate::ops::elementwise::unary::UnaryKind;
 use crate::ops::util::{broadcast_offsets, broadcast_shapes};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
@@ -14,7 +14,7 @@ pub struct Gemm {
     pub trans_a: bool,
     pub trans_b: bool,
     /// Fused epilogue activation, applied after adding C (set by the fusion pass).
-    pub activation: Option<Activation>,
+    pub activation: Option<UnaryKind>,
 }
 
 impl Default for Gemm {
@@ -132,7 +132,7 @@ impl Op for Gemm {
                     if let Some((cv, off)) = &cv {
                         v += beta * cv[off[i * n + j]];
                     }
-                    sink(apply_optional_f64(self.activation, v));
+                    sink(UnaryKind::apply_optional(self.activation, v));
                 }
             }
         })?;

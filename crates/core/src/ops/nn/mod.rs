@@ -1,7 +1,6 @@
 //! Neural-network ops: pooling, normalization, softmax, reductions, top-k, cumulative sums and
 //! resizing. Window and padding arithmetic shared with convolution lives in [`geometry`].
 
-pub mod activation;
 pub mod cumsum;
 pub mod geometry;
 pub mod norm;

@@ -11,24 +11,26 @@
 //!   whole channels (scalar constants are fine, per-channel constants get a blocked copy), and
 //!   Concat over the channel axis of twins.
 //!
-//! Convolutions the CPU runs with Winograd (`ConvShapes::winograd_tile`) stay plain, and so
-//! does a network made mostly of them (see [`winograd_share`]).
+//! Convolutions the CPU runs with Winograd ([`crate::winograd::tile_for`]) stay plain, and so
+//! does a network made mostly of them (see [`winograd_share`]). This is CPU policy, which is
+//! why the pass lives here and runs as one of [`crate::CpuBackend`]'s passes.
 //!
 //! Any other reader of a value that only exists blocked gets a `FromNchwc` in front; a Conv
 //! that needs a blocked input that does not exist gets a `ToNchwc`. Graph outputs keep their
 //! plain values.
 
-use super::rewrite::{constant, info, input};
-use super::Pass;
-use crate::ops::elementwise::binary::Binary;
-use crate::ops::elementwise::clip::Clip;
-use crate::ops::elementwise::unary::Unary;
-use crate::ops::layout::{blocked_shape, Nchwc, ReorderNchwc, BLOCK};
-use crate::ops::linalg::conv::{Conv, ConvShapes};
-use crate::ops::nn::norm::BatchNorm;
-use crate::ops::nn::pool::{GlobalPool, Pool, PoolKind};
-use crate::ops::shape::concat::Concat;
-use crate::{DType, Graph, Node, Op, Result, TensorInfo, ValueId};
+use crate::winograd::tile_for;
+use ferrolite_core::ops::elementwise::binary::Binary;
+use ferrolite_core::ops::elementwise::clip::Clip;
+use ferrolite_core::ops::elementwise::unary::Unary;
+use ferrolite_core::ops::layout::{blocked_shape, Nchwc, ReorderNchwc, BLOCK};
+use ferrolite_core::ops::linalg::conv::{Conv, ConvShapes};
+use ferrolite_core::ops::nn::norm::BatchNorm;
+use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
+use ferrolite_core::ops::shape::concat::Concat;
+use ferrolite_core::passes::rewrite::{constant, info, input};
+use ferrolite_core::passes::Pass;
+use ferrolite_core::{DType, Graph, Node, Op, Result, TensorInfo, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -71,7 +73,7 @@ fn blockable_conv(g: &Graph, n: &Node, conv: &Conv) -> Option<(bool, ConvShapes)
 /// kernel).
 fn conv_mode(g: &Graph, n: &Node, conv: &Conv) -> Option<bool> {
     let (blocked_input, s) = blockable_conv(g, n, conv)?;
-    s.winograd_tile().is_none().then_some(blocked_input)
+    tile_for(&s).is_none().then_some(blocked_input)
 }
 
 /// The share of the blockable convolutions' work in Winograd convolutions. A network made
@@ -90,7 +92,7 @@ fn winograd_share(g: &Graph) -> f64 {
         let outputs = s.batch * s.out_channels * s.geometry.output.iter().product::<usize>();
         let work = outputs as u64 * per_output as u64;
         all += work;
-        if s.winograd_tile().is_some() {
+        if tile_for(&s).is_some() {
             wide += work;
         }
     }
@@ -308,7 +310,7 @@ fn convert(
             }
             (node.op.clone(), inputs)
         } else if let Some(c) = op.downcast_ref::<Concat>() {
-            if crate::op::normalize_axis(c.axis, 4).ok()? != 1 {
+            if ferrolite_core::op::normalize_axis(c.axis, 4).ok()? != 1 {
                 return None;
             }
             let inputs = node
@@ -333,11 +335,26 @@ fn convert(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::elementwise::binary::BinaryKind;
-    use crate::ops::elementwise::unary::UnaryKind;
-    use crate::ops::nn::activation::Activation;
-    use crate::ops::shape::flatten::Flatten;
-    use crate::passes::testutil::{check_passes, data};
+    use ferrolite_core::ops::elementwise::binary::BinaryKind;
+    use ferrolite_core::ops::elementwise::unary::UnaryKind;
+    use ferrolite_core::ops::shape::flatten::Flatten;
+    use ferrolite_core::passes::testutil::{check_pipeline, data};
+    use ferrolite_core::passes::{session_pipeline, Pass};
+    use ferrolite_core::plan::Backend;
+
+    /// The device-independent passes, then the CPU backend's.
+    fn cpu_pipeline() -> Vec<Box<dyn Pass>> {
+        session_pipeline(None, crate::CpuBackend::default().passes())
+    }
+
+    fn check_passes(
+        g: &Graph,
+        x: &ferrolite_core::Tensor,
+        ops: &[&str],
+        disabled: &[&str],
+    ) -> Graph {
+        check_pipeline(g, x, ops, &cpu_pipeline, disabled)
+    }
 
     fn relu() -> Arc<dyn Op> {
         Arc::new(Unary {
@@ -362,7 +379,7 @@ mod tests {
             let p = k / 2;
             let mut op = Conv {
                 group,
-                activation: Some(Activation::Relu),
+                activation: Some(UnaryKind::Relu),
                 ..Conv::default()
             };
             op.params.pads = Some(vec![p, p, p, p]);

@@ -1,0 +1,307 @@
+//! Kernel registries: which kernel runs a node, and why not the others.
+//!
+//! A backend registers its kernels per op type, each with a name, a priority and explicit
+//! constraints: the dtypes it computes, the layout it reads ([`Layout::Nchwc`] for an op
+//! wrapped by the blocked-layout pass), and the attribute and shape conditions its builder
+//! checks (described in words, for [`Selection`]). [`KernelRegistry::select`] tries the
+//! entries of the node's op type from the highest priority down and keeps the first that
+//! builds; the others are reported with the reason they were passed over.
+//!
+//! The registry is generic over the backend's context `C` (the CPU's ISA and GEMM, say) and
+//! over what an entry builds `K` (a [`Kernel`] for the CPU, a lowering for the GPU).
+
+use crate::ops::layout::Nchwc;
+use crate::plan::{Kernel, KernelRequest};
+use crate::{DType, Op};
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+
+/// The layout of the tensors a kernel reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// The op as the model states it.
+    Plain,
+    /// The op inside an [`Nchwc`] wrapper: blocked channels.
+    Nchwc,
+}
+
+/// What an entry requires of the node's dtypes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DTypes {
+    /// The builder checks them.
+    Any,
+    /// Every present input and every output is f32.
+    AllF32,
+    /// Every output is f32 (integer index inputs, say, are allowed).
+    OutputsF32,
+}
+
+impl DTypes {
+    fn check(self, req: &KernelRequest) -> Result<(), String> {
+        let f32_outputs = req.outputs.iter().all(|o| o.dtype == DType::F32);
+        let f32_inputs = req.inputs.iter().flatten().all(|i| i.dtype == DType::F32);
+        match self {
+            DTypes::Any => Ok(()),
+            DTypes::AllF32 if f32_inputs && f32_outputs => Ok(()),
+            DTypes::OutputsF32 if f32_outputs => Ok(()),
+            DTypes::AllF32 => Err("needs f32 inputs and outputs".into()),
+            DTypes::OutputsF32 => Err("needs f32 outputs".into()),
+        }
+    }
+}
+
+/// What the builder of an entry sees.
+pub struct Request<'r, 'a, C> {
+    pub req: &'r KernelRequest<'a>,
+    /// The backend's context (its ISA, its GEMM, its limits).
+    pub cx: &'r C,
+    /// The wrapper when the entry's layout is [`Layout::Nchwc`].
+    pub nchwc: Option<&'r Nchwc>,
+}
+
+/// A builder: the kernel, or the reason it does not handle this node.
+pub type Build<O, C, K> = fn(&O, &Request<C>) -> Result<K, String>;
+
+type ErasedBuild<C, K> = Box<dyn Fn(&dyn Any, &Request<C>) -> Result<K, String> + Send + Sync>;
+
+/// One registered kernel.
+pub struct Entry<C, K> {
+    pub name: &'static str,
+    pub op: &'static str,
+    pub priority: i32,
+    pub dtypes: DTypes,
+    pub layout: Layout,
+    build: ErasedBuild<C, K>,
+}
+
+/// How an entry fared for one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Picked,
+    Rejected(String),
+    /// A higher-priority entry was picked first.
+    NotTried,
+}
+
+/// One line of a selection: an entry and its verdict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Considered {
+    pub kernel: &'static str,
+    pub verdict: Verdict,
+}
+
+impl fmt::Display for Considered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.verdict {
+            Verdict::Picked => write!(f, "{}: picked", self.kernel),
+            Verdict::Rejected(why) => write!(f, "{}: {why}", self.kernel),
+            Verdict::NotTried => write!(f, "{}: not tried (lower priority)", self.kernel),
+        }
+    }
+}
+
+/// The answer of [`KernelRegistry::select`].
+pub struct Selection<K> {
+    pub kernel: Option<K>,
+    /// Every entry registered for the node's op type and layout, in priority order.
+    pub considered: Vec<Considered>,
+}
+
+/// Kernels by op type and layout, each list in priority order.
+pub struct KernelRegistry<C, K> {
+    by_op: HashMap<(TypeId, Layout), Vec<Entry<C, K>>>,
+}
+
+impl<C, K> Default for KernelRegistry<C, K> {
+    fn default() -> Self {
+        KernelRegistry {
+            by_op: HashMap::new(),
+        }
+    }
+}
+
+impl<C: 'static, K: 'static> KernelRegistry<C, K> {
+    /// Registers a kernel for op type `O` (`op` names it for listings).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add<O: Op + 'static>(
+        &mut self,
+        name: &'static str,
+        op: &'static str,
+        priority: i32,
+        dtypes: DTypes,
+        layout: Layout,
+        build: Build<O, C, K>,
+    ) -> &mut Self {
+        let erased: ErasedBuild<C, K> = Box::new(move |op: &dyn Any, r: &Request<C>| {
+            // The one typed look-up: entries are filed under `O`'s TypeId, so this holds for
+            // every op `select` hands them.
+            match op.downcast_ref::<O>() {
+                Some(o) => build(o, r),
+                None => Err("registered under another op type".into()),
+            }
+        });
+        let list = self.by_op.entry((TypeId::of::<O>(), layout)).or_default();
+        list.push(Entry {
+            name,
+            op,
+            priority,
+            dtypes,
+            layout,
+            build: erased,
+        });
+        // Stable: equal priorities keep their registration order.
+        list.sort_by_key(|e| -e.priority);
+        self
+    }
+
+    /// The kernel for a node: the first entry of its op type and layout, by priority, whose
+    /// constraints hold and whose builder accepts the node.
+    pub fn select(&self, req: &KernelRequest, cx: &C) -> Selection<K> {
+        let op = req.node.op.as_ref();
+        let (inner, layout, nchwc): (&dyn Op, Layout, Option<&Nchwc>) =
+            match op.as_any().downcast_ref::<Nchwc>() {
+                Some(w) => (w.inner.as_ref(), Layout::Nchwc, Some(w)),
+                None => (op, Layout::Plain, None),
+            };
+        let mut selection = Selection {
+            kernel: None,
+            considered: Vec::new(),
+        };
+        let Some(entries) = self.by_op.get(&(inner.as_any().type_id(), layout)) else {
+            return selection;
+        };
+        let r = Request { req, cx, nchwc };
+        for e in entries {
+            let verdict = if selection.kernel.is_some() {
+                Verdict::NotTried
+            } else {
+                match e
+                    .dtypes
+                    .check(req)
+                    .and_then(|()| (e.build)(inner.as_any(), &r))
+                {
+                    Ok(k) => {
+                        selection.kernel = Some(k);
+                        Verdict::Picked
+                    }
+                    Err(why) => Verdict::Rejected(why),
+                }
+            };
+            selection.considered.push(Considered {
+                kernel: e.name,
+                verdict,
+            });
+        }
+        selection
+    }
+
+    /// Every entry, by op type then priority (for listings and docs).
+    pub fn entries(&self) -> Vec<&Entry<C, K>> {
+        let mut all: Vec<&Entry<C, K>> = self.by_op.values().flatten().collect();
+        all.sort_by(|a, b| {
+            (a.op, a.layout == Layout::Nchwc, -a.priority).cmp(&(
+                b.op,
+                b.layout == Layout::Nchwc,
+                -b.priority,
+            ))
+        });
+        all
+    }
+}
+
+/// A CPU-style registry: entries build kernels.
+pub type Kernels<C> = KernelRegistry<C, Box<dyn Kernel>>;
+
+/// Turns a builder's `Option` into a verdict: `None` means the node is outside `conditions`.
+pub fn needs<K>(built: Option<K>, conditions: &str) -> Result<K, String> {
+    built.ok_or_else(|| format!("needs {conditions}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::elementwise::unary::{Unary, UnaryKind};
+    use crate::ops::shape::transpose::Transpose;
+    use crate::plan::ReferenceKernel;
+    use crate::{InferInput, Node, TensorInfo, ValueId};
+    use std::sync::Arc;
+
+    fn node(op: Arc<dyn Op>) -> Node {
+        Node {
+            name: "n".into(),
+            op,
+            inputs: vec![Some(ValueId(0))],
+            outputs: vec![ValueId(1)],
+        }
+    }
+
+    fn pick(r: &Kernels<()>, op: Arc<dyn Op>, dtype: DType) -> Selection<Box<dyn Kernel>> {
+        let n = node(op);
+        let inputs = [Some(InferInput {
+            dtype,
+            shape: &[4],
+            value: None,
+        })];
+        let outputs = [TensorInfo::new(dtype, vec![4])];
+        let req = KernelRequest {
+            node: &n,
+            inputs: &inputs,
+            outputs: &outputs,
+        };
+        r.select(&req, &())
+    }
+
+    fn reference(u: &Unary, _: &Request<()>) -> Result<Box<dyn Kernel>, String> {
+        Ok(Box::new(ReferenceKernel(Arc::new(u.clone()))))
+    }
+
+    #[test]
+    fn picks_by_priority_and_says_why_not() {
+        let mut r = Kernels::<()>::default();
+        r.add::<Unary>("low", "Unary", 1, DTypes::AllF32, Layout::Plain, reference);
+        r.add::<Unary>(
+            "relu-only",
+            "Unary",
+            10,
+            DTypes::AllF32,
+            Layout::Plain,
+            |u, r| needs((u.kind == UnaryKind::Relu).then(|| reference(u, r)), "Relu")?,
+        );
+        r.add::<Unary>("any", "Unary", 0, DTypes::Any, Layout::Plain, reference);
+        let relu = Arc::new(Unary {
+            kind: UnaryKind::Relu,
+        });
+        let s = pick(&r, relu, DType::F32);
+        assert!(s.kernel.is_some());
+        let v: Vec<String> = s.considered.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            v,
+            [
+                "relu-only: picked",
+                "low: not tried (lower priority)",
+                "any: not tried (lower priority)"
+            ]
+        );
+        let exp = Arc::new(Unary {
+            kind: UnaryKind::Exp,
+        });
+        let s = pick(&r, exp.clone(), DType::F32);
+        assert_eq!(
+            s.considered[0].verdict,
+            Verdict::Rejected("needs Relu".into())
+        );
+        assert_eq!(s.considered[1].verdict, Verdict::Picked);
+        // f64: the f32-only entries say so, the unconstrained one takes it.
+        let s = pick(&r, exp, DType::F64);
+        assert_eq!(
+            s.considered[1].verdict,
+            Verdict::Rejected("needs f32 inputs and outputs".into())
+        );
+        assert_eq!(s.considered[2].verdict, Verdict::Picked);
+        // Another op type finds no entry at all.
+        let t = Arc::new(Transpose { perm: None });
+        let s = pick(&r, t, DType::F32);
+        assert!(s.kernel.is_none() && s.considered.is_empty());
+    }
+}

@@ -1,0 +1,145 @@
+//! The CPU backend as one value: the session's ISA, its GEMM, its passes (the blocked layout)
+//! and its kernel registry. Every kernel module registers its kernels in [`registry`]; a node
+//! whose op type has none, or whose entries all pass, runs its reference implementation.
+
+use crate::isa::Isa;
+use crate::layout_pass::LayoutNchwc;
+use crate::Sgemm;
+use ferrolite_core::passes::Pass;
+use ferrolite_core::plan::{Backend, Kernel, KernelProvider, KernelRequest};
+use ferrolite_core::registry::{Kernels, Request, Selection};
+use ferrolite_core::Result;
+use std::sync::OnceLock;
+
+/// What every CPU kernel builder is handed: the one ISA of the session and the GEMM on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuContext {
+    pub isa: Isa,
+    pub gemm: Sgemm,
+}
+
+/// The CPU's registry type.
+pub(crate) type Registry = Kernels<CpuContext>;
+/// What a builder sees.
+pub(crate) type Req<'r, 'a> = Request<'r, 'a, CpuContext>;
+/// What a builder returns: the kernel, or why it passes.
+pub(crate) type Built = std::result::Result<Box<dyn Kernel>, String>;
+
+/// Every CPU kernel, registered once.
+pub fn registry() -> &'static Kernels<CpuContext> {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut r = Registry::default();
+        crate::conv::register(&mut r);
+        crate::conv_transpose::register(&mut r);
+        crate::matmul::register(&mut r);
+        crate::fully_connected::register(&mut r);
+        crate::elementwise::register(&mut r);
+        crate::pool::register(&mut r);
+        crate::softmax::register(&mut r);
+        crate::reduce::register(&mut r);
+        crate::norm::register(&mut r);
+        crate::movement::register(&mut r);
+        crate::resize::register(&mut r);
+        crate::nchwc::register(&mut r);
+        r
+    })
+}
+
+/// The CPU backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuBackend {
+    cx: CpuContext,
+}
+
+impl Default for CpuBackend {
+    /// The best ISA this CPU has (ignores `FERROLITE_ISA`; see [`CpuBackend::choose`]).
+    fn default() -> Self {
+        CpuBackend::new(Isa::detect())
+    }
+}
+
+impl CpuBackend {
+    /// A backend whose kernels all use `isa`.
+    pub fn new(isa: Isa) -> Self {
+        CpuBackend {
+            cx: CpuContext {
+                isa,
+                gemm: Sgemm { isa },
+            },
+        }
+    }
+
+    /// The ISA named by `requested` (a session option), else by `FERROLITE_ISA`, else the best
+    /// this CPU has; an unknown or unsupported name is an error.
+    pub fn choose(requested: Option<&str>) -> std::result::Result<Self, String> {
+        Isa::select(requested).map(CpuBackend::new)
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.cx.isa
+    }
+
+    pub fn context(&self) -> CpuContext {
+        self.cx
+    }
+}
+
+impl KernelProvider for CpuBackend {
+    fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>> {
+        Ok(self.select(req)?.kernel)
+    }
+
+    fn select(&self, req: &KernelRequest) -> Result<Selection<Box<dyn Kernel>>> {
+        Ok(registry().select(req, &self.cx))
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn describe(&self) -> String {
+        format!("cpu, {}", self.cx.isa)
+    }
+
+    fn passes(&self) -> Vec<Box<dyn Pass>> {
+        vec![Box::new(LayoutNchwc)]
+    }
+}
+
+/// The value of input `i` when it is a constant (weights to prepack).
+pub(crate) fn constant<'a>(
+    req: &KernelRequest<'a>,
+    i: usize,
+) -> Option<&'a ferrolite_core::Tensor> {
+    req.inputs.get(i)?.as_ref()?.value
+}
+
+/// The shape of input `i` when it is present.
+pub(crate) fn shape<'a>(req: &KernelRequest<'a>, i: usize) -> Option<&'a [usize]> {
+    req.inputs.get(i)?.as_ref().map(|x| x.shape)
+}
+
+/// A builder's verdict from a constructor's `Option<K>`: `None` means the node is outside
+/// `conditions`.
+pub(crate) fn boxed<K: Kernel + 'static>(k: Option<K>, conditions: &str) -> Built {
+    match k {
+        Some(k) => Ok(Box::new(k)),
+        None => Err(format!("needs {conditions}")),
+    }
+}
+
+/// A builder's verdict from a constructor's `OpResult<Option<K>>`: `None` means the node is
+/// outside `conditions`, an error says what failed.
+pub(crate) fn built<K: Kernel + 'static>(
+    k: ferrolite_core::OpResult<Option<K>>,
+    conditions: &str,
+) -> Built {
+    match k {
+        Ok(Some(k)) => Ok(Box::new(k)),
+        Ok(None) => Err(format!("needs {conditions}")),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,107 @@
+//! The instruction set the CPU kernels use: decided once per session ([`Isa::select`]) and
+//! handed to every kernel, so one session never mixes the portable and the vector paths and
+//! the tests can run both on one machine.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// The kernels' instruction set. A value other than `Portable` exists only where the CPU has
+/// its features ([`Isa::detect`], [`Isa::parse`] check them), which is what the kernels'
+/// `unsafe` calls into `#[target_feature]` code rely on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Plain Rust, any architecture.
+    Portable,
+    /// AVX2 + FMA intrinsics (x86-64, detected at run time).
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+}
+
+/// The environment variable that forces an ISA (`portable`, `avx2`).
+pub const ISA_ENV: &str = "FERROLITE_ISA";
+
+impl Isa {
+    /// The best instruction set this CPU supports (detected once).
+    pub fn detect() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Isa::Avx2Fma;
+            }
+            Isa::Portable
+        })
+    }
+
+    /// Every instruction set this CPU can run, portable first (the tests run each).
+    pub fn available() -> Vec<Isa> {
+        let mut all = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() == Isa::Avx2Fma {
+            all.push(Isa::Avx2Fma);
+        }
+        all
+    }
+
+    /// The ISA named `name` (`portable`, `avx2`), when this CPU can run it.
+    pub fn parse(name: &str) -> Result<Isa, String> {
+        let known = "portable, avx2";
+        match name.trim().to_ascii_lowercase().as_str() {
+            "portable" => Ok(Isa::Portable),
+            "avx2" => Isa::available()
+                .into_iter()
+                .find(|&i| i != Isa::Portable)
+                .ok_or_else(|| "this CPU lacks AVX2 and FMA".to_string()),
+            "avx512" => Err(format!(
+                "this build has no AVX-512 kernels yet; known ISAs: {known}"
+            )),
+            other => Err(format!("unknown ISA '{other}'; known ISAs: {known}")),
+        }
+    }
+
+    /// The session's ISA: `requested` (an option) or else `FERROLITE_ISA`, else the best
+    /// detected one.
+    pub fn select(requested: Option<&str>) -> Result<Isa, String> {
+        let from_env = std::env::var(ISA_ENV).ok();
+        match requested.or(from_env.as_deref()) {
+            Some(name) if !name.trim().is_empty() => {
+                Isa::parse(name).map_err(|e| format!("{ISA_ENV}/isa option: {e}"))
+            }
+            _ => Ok(Isa::detect()),
+        }
+    }
+
+    /// The short name `parse` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => "avx2",
+        }
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Isa::Portable => write!(f, "portable"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => write!(f, "avx2+fma"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_ones_are_refused() {
+        for isa in Isa::available() {
+            assert_eq!(Isa::parse(isa.name()), Ok(isa));
+        }
+        assert!(Isa::parse("sse9").unwrap_err().contains("unknown ISA"));
+        assert!(Isa::parse("avx512").is_err());
+        assert_eq!(Isa::select(Some("portable")), Ok(Isa::Portable));
+    }
+}
