@@ -9,6 +9,7 @@ use crate::attr::AttrValue;
 use crate::model::Builder;
 use crate::params::dtype_of;
 use crate::proto::{OpDesc, VarDesc};
+use ferrolite_core::frontend::{self, group_count, usizes};
 use ferrolite_core::ops::elementwise::{
     Binary, BinaryKind, Cast, Clip, Compare, CompareKind, Identity, Logical, LogicalKind, Not,
     Unary, UnaryKind, Variadic, VariadicKind, Where,
@@ -43,26 +44,19 @@ use ferrolite_core::ops::shape::{
 use ferrolite_core::{DType, Op, Tensor, ValueId};
 use std::sync::Arc;
 
-/// Why an op could not be mapped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MapError {
-    /// This op, or this use of it, is not supported; collected with the others.
-    Unsupported(String),
-    /// The op is malformed (a missing input, an attribute of the wrong type).
-    Invalid(String),
-}
+pub use ferrolite_core::frontend::MapError;
 
 pub type MapResult = Result<(), MapError>;
 pub type MapFn = fn(&mut Ctx) -> MapResult;
 
 /// The mapping function of a Paddle op type.
 pub fn lookup(op_type: &str) -> Option<MapFn> {
-    ENTRIES.iter().find(|(n, _)| *n == op_type).map(|(_, f)| *f)
+    frontend::lookup(&[ENTRIES], op_type)
 }
 
 /// Every supported op type (plus `feed` and `fetch`), sorted.
 pub fn supported_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = ENTRIES.iter().map(|(n, _)| *n).collect();
+    let mut v = frontend::op_types(&[ENTRIES]);
     v.extend(["feed", "fetch"]);
     v.sort_unstable();
     v
@@ -643,14 +637,8 @@ fn unary(c: &mut Ctx, kind: UnaryKind) -> MapResult {
     c.set_out(out)
 }
 
-macro_rules! plain_unary {
-    ($($f:ident => $kind:ident),* $(,)?) => {$(
-        fn $f(c: &mut Ctx) -> MapResult {
-            unary(c, UnaryKind::$kind)
-        }
-    )*};
-}
-plain_unary!(
+ferrolite_core::plain_unary!(
+    |c: &mut Ctx, kind| -> MapResult { unary(c, kind) };
     relu => Relu, sigmoid => Sigmoid, tanh => Tanh, exp => Exp, log => Log, sqrt => Sqrt,
     abs => Abs, floor => Floor, ceil => Ceil, round => Round, sign => Sign, erf => Erf,
     sin => Sin, cos => Cos, reciprocal => Reciprocal, softsign => Softsign, mish => Mish,
@@ -937,14 +925,6 @@ fn sum(c: &mut Ctx) -> MapResult {
 // ---------------------------------------------------------------------------------------------
 // convolution and matmul
 
-fn usizes(v: &[i64], what: &str) -> Result<Vec<usize>, MapError> {
-    v.iter()
-        .map(|&x| {
-            usize::try_from(x).map_err(|_| invalid(format!("'{what}' has the negative value {x}")))
-        })
-        .collect()
-}
-
 /// Paddle paddings `[h, w]` or `[top, bottom, left, right]` as ONNX `[begin..., end...]`.
 fn onnx_pads(p: &[i64]) -> Result<Vec<i64>, MapError> {
     match p.len() {
@@ -983,19 +963,15 @@ fn conv_params(c: &Ctx) -> Result<ConvParams, MapError> {
     };
     Ok(ConvParams {
         kernel_shape: None,
-        strides: Some(usizes(&strides, "strides")?),
-        dilations: Some(usizes(&dilations, "dilations")?),
-        pads: Some(usizes(&pads, "paddings")?),
+        strides: Some(usizes(&strides, "'strides'")?),
+        dilations: Some(usizes(&dilations, "'dilations'")?),
+        pads: Some(usizes(&pads, "'paddings'")?),
         auto_pad,
     })
 }
 
 fn groups(c: &Ctx) -> Result<usize, MapError> {
-    let g = c.int("groups", 1)?;
-    usize::try_from(g)
-        .ok()
-        .filter(|&g| g >= 1)
-        .ok_or_else(|| invalid(format!("groups must be at least 1, got {g}")))
+    group_count(c.int("groups", 1)?, "groups")
 }
 
 fn conv2d(c: &mut Ctx) -> MapResult {
@@ -1025,11 +1001,11 @@ fn conv2d_transpose(c: &mut Ctx) -> MapResult {
     let params = conv_params(c)?;
     let group = groups(c)?;
     let output_padding = match c.ints("output_padding")? {
-        Some(v) if !v.is_empty() => Some(usizes(&v, "output_padding")?),
+        Some(v) if !v.is_empty() => Some(usizes(&v, "'output_padding'")?),
         _ => None,
     };
     let output_shape = match c.ints("output_size")? {
-        Some(v) if !v.is_empty() => Some(usizes(&v, "output_size")?),
+        Some(v) if !v.is_empty() => Some(usizes(&v, "'output_size'")?),
         _ => None,
     };
     let out = c.add(
@@ -1877,7 +1853,7 @@ fn fill_constant(c: &mut Ctx) -> MapResult {
     let out = match shape_in {
         Some(s) => c.add(ConstantOfShape { value: one }, &[s])?,
         None => {
-            let shape = usizes(&c.ints("shape")?.unwrap_or_default(), "shape")?;
+            let shape = usizes(&c.ints("shape")?.unwrap_or_default(), "'shape'")?;
             let v = one.reshaped(&[]).map_err(|e| invalid(e.to_string()))?;
             // Broadcast the one element to the shape.
             let t = broadcast_scalar(&v, &shape)?;

@@ -215,15 +215,9 @@ fn mean(_: &NodeCtx) -> MapResult {
     })
 }
 
-/// Unary ops without attributes (old opsets' `consumed_inputs` is ignored).
-macro_rules! plain_unary {
-    ($($f:ident => $kind:ident),* $(,)?) => {$(
-        fn $f(_: &NodeCtx) -> MapResult {
-            op(Unary { kind: UnaryKind::$kind })
-        }
-    )*};
-}
-plain_unary!(
+// Unary ops without attributes (old opsets' `consumed_inputs` is ignored).
+ferrolite_core::plain_unary!(
+    |_: &NodeCtx, kind| -> MapResult { unary(kind) };
     abs => Abs, neg => Neg, exp => Exp, log => Log, sqrt => Sqrt, reciprocal => Reciprocal,
     floor => Floor, ceil => Ceil, round => Round, sign => Sign, erf => Erf, sin => Sin,
     cos => Cos, tan => Tan, asin => Asin, acos => Acos, atan => Atan, sinh => Sinh,

@@ -1,6 +1,7 @@
 //! Mapping functions for linear-algebra ops: convolutions, matrix products, Einsum.
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
+use ferrolite_core::frontend::{group_count, usizes};
 use ferrolite_core::ops::linalg::conv::{Conv, ConvInteger};
 use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
@@ -22,15 +23,7 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
 fn sizes(n: &NodeCtx, name: &str) -> Result<Option<Vec<usize>>, MapError> {
     match n.ints(name)? {
         None => Ok(None),
-        Some(v) => v
-            .iter()
-            .map(|&x| {
-                usize::try_from(x).map_err(|_| {
-                    MapError::Invalid(format!("attribute '{name}' has the negative value {x}"))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
+        Some(v) => usizes(&v, &format!("attribute '{name}'")).map(Some),
     }
 }
 
@@ -48,11 +41,7 @@ pub(super) fn conv_params(n: &NodeCtx) -> Result<ConvParams, MapError> {
 }
 
 pub(super) fn group(n: &NodeCtx) -> Result<usize, MapError> {
-    let g = n.int("group", 1)?;
-    usize::try_from(g)
-        .ok()
-        .filter(|&g| g >= 1)
-        .ok_or_else(|| MapError::Invalid(format!("group must be at least 1, got {g}")))
+    group_count(n.int("group", 1)?, "group")
 }
 
 fn conv(n: &NodeCtx) -> MapResult {

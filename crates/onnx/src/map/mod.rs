@@ -6,8 +6,11 @@
 //! the canonical op accepting both, chosen here from `ctx.opset`.
 
 use crate::proto::{attribute_type, AttributeProto, NodeProto};
+use ferrolite_core::frontend;
 use ferrolite_core::{Op, Tensor};
 use std::sync::Arc;
+
+pub use ferrolite_core::frontend::MapError;
 
 mod elementwise;
 mod extra;
@@ -17,37 +20,17 @@ mod nn;
 mod quant;
 mod shape;
 
-/// Why a node could not be mapped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MapError {
-    /// The op type exists in the table but this use of it is not supported (an attribute value,
-    /// an opset, a dtype). Collected with the other unsupported ops.
-    Unsupported(String),
-    /// The node is malformed (wrong attribute type, missing required attribute).
-    Invalid(String),
-}
-
 pub type MapResult = Result<Arc<dyn Op>, MapError>;
 pub type MapFn = fn(&NodeCtx) -> MapResult;
 
 /// The ONNX op types the frontend understands, for the default domain (`""` / `ai.onnx`).
 pub fn lookup(op_type: &str) -> Option<MapFn> {
-    TABLES
-        .iter()
-        .flat_map(|t| t.iter())
-        .find(|(name, _)| *name == op_type)
-        .map(|(_, f)| *f)
+    frontend::lookup(TABLES, op_type)
 }
 
 /// Every supported op type, sorted.
 pub fn supported_ops() -> Vec<&'static str> {
-    let mut v: Vec<&'static str> = TABLES
-        .iter()
-        .flat_map(|t| t.iter())
-        .map(|(n, _)| *n)
-        .collect();
-    v.sort_unstable();
-    v
+    frontend::op_types(TABLES)
 }
 
 /// The one table, kept as one slice per op family so each family's entries sit next to their
