@@ -1063,109 +1063,11 @@ fn unsupported_nodes_are_refused_with_a_reason() {
     assert_eq!(tan_epilogue, "op Tan has no GPU kernel");
 }
 
-/// Every `UnaryKind`, once. The match makes a new variant fail to compile here until it is
-/// listed (with attribute values that exercise it).
-fn every_unary_kind() -> Vec<UnaryKind> {
-    use UnaryKind::*;
-    let listed = |k: UnaryKind| match k {
-        Abs
-        | Neg
-        | Exp
-        | Log
-        | Sqrt
-        | Reciprocal
-        | Floor
-        | Ceil
-        | Round
-        | Sign
-        | Erf
-        | Sin
-        | Cos
-        | Tan
-        | Asin
-        | Acos
-        | Atan
-        | Sinh
-        | Cosh
-        | Asinh
-        | Acosh
-        | Atanh
-        | Relu
-        | Sigmoid
-        | Tanh
-        | Softplus
-        | Softsign
-        | LeakyRelu { .. }
-        | Elu { .. }
-        | Selu { .. }
-        | Celu { .. }
-        | ThresholdedRelu { .. }
-        | HardSigmoid { .. }
-        | HardSwish
-        | Mish
-        | Gelu { .. }
-        | Shrink { .. }
-        | Clip { .. } => k,
-    };
-    [
-        Abs,
-        Neg,
-        Exp,
-        Log,
-        Sqrt,
-        Reciprocal,
-        Floor,
-        Ceil,
-        Round,
-        Sign,
-        Erf,
-        Sin,
-        Cos,
-        Tan,
-        Asin,
-        Acos,
-        Atan,
-        Sinh,
-        Cosh,
-        Asinh,
-        Acosh,
-        Atanh,
-        Relu,
-        Sigmoid,
-        Tanh,
-        Softplus,
-        Softsign,
-        UnaryKind::LEAKY_RELU,
-        LeakyRelu { alpha: 0.3 },
-        UnaryKind::ELU,
-        UnaryKind::SELU,
-        UnaryKind::CELU,
-        UnaryKind::THRESHOLDED_RELU,
-        UnaryKind::HARD_SIGMOID,
-        HardSwish,
-        Mish,
-        Gelu { tanh: false },
-        Gelu { tanh: true },
-        UnaryKind::SHRINK,
-        Clip { min: 0.0, max: 6.0 },
-        Clip {
-            min: -0.25,
-            max: f32::INFINITY,
-        },
-        Clip {
-            min: f32::NEG_INFINITY,
-            max: 0.5,
-        },
-    ]
-    .map(listed)
-    .to_vec()
-}
-
 /// Every function the fusion passes fold into an epilogue runs there on the GPU, in the direct
 /// convolution kernel (3x3) and in the matmul kernel (pointwise).
 #[test]
 fn every_fusable_epilogue_lowers_and_matches_the_reference() {
-    let kinds: Vec<UnaryKind> = every_unary_kind()
+    let kinds: Vec<UnaryKind> = UnaryKind::examples()
         .into_iter()
         .filter(|k| k.fuses_as_epilogue())
         .collect();
@@ -1197,7 +1099,7 @@ fn every_fusable_epilogue_lowers_and_matches_the_reference() {
 #[test]
 fn unary_kinds_without_wgsl_are_refused_by_name() {
     let Some(gpu) = gpu() else { return };
-    for kind in every_unary_kind() {
+    for kind in UnaryKind::examples() {
         let standalone = verdict(
             gpu,
             Arc::new(Unary { kind }),

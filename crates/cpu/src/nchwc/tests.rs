@@ -22,13 +22,14 @@ fn blocked(x: &Tensor) -> Tensor {
     op.eval(&[Some(x)]).unwrap().remove(0)
 }
 
-const ACTS: [Option<UnaryKind>; 5] = [
-    None,
-    Some(UnaryKind::Relu),
-    Some(UnaryKind::Clip { min: 0.0, max: 6.0 }),
-    Some(UnaryKind::HardSwish),
-    Some(UnaryKind::LeakyRelu { alpha: 0.1 }),
-];
+/// No epilogue, then every activation the fusion passes fold into one.
+fn acts() -> Vec<Option<UnaryKind>> {
+    let fused = UnaryKind::examples()
+        .into_iter()
+        .filter(|k| k.fuses_as_epilogue())
+        .map(Some);
+    std::iter::once(None).chain(fused).collect()
+}
 
 /// One convolution: input `[n, c, h, w]`, `m` outputs, square kernel `k`, stride, dilation,
 /// pads (top, left, bottom, right), group 1 or depthwise.
@@ -71,6 +72,7 @@ fn check_conv(
 
 #[test]
 fn blocked_convs_match_reference() {
+    let acts = acts();
     let mut rng = Lcg(17);
     let mut names = Vec::new();
     for threads in [1, 3] {
@@ -95,7 +97,7 @@ fn blocked_convs_match_reference() {
                 let p = k / 2 * d;
                 let pads = [p, p + i % 2, p + (i / 2) % 2, p];
                 let n = 1 + i % 2;
-                let act = ACTS[i % ACTS.len()];
+                let act = acts[i % acts.len()];
                 let hw2 = hw + i % 3;
                 names.push(check_conv(
                     &mut rng,
@@ -117,6 +119,7 @@ fn blocked_convs_match_reference() {
 
 #[test]
 fn blocked_depthwise_convs_match_reference() {
+    let acts = acts();
     let mut rng = Lcg(23);
     let mut names = Vec::new();
     for threads in [1, 2] {
@@ -131,7 +134,7 @@ fn blocked_depthwise_convs_match_reference() {
                 if (h + pads[0] + pads[2]) < (k - 1) * d + 1 || (w + 2 * p) < (k - 1) * d + 1 {
                     continue;
                 }
-                let act = ACTS[i % ACTS.len()];
+                let act = acts[i % acts.len()];
                 let x = [1 + i % 2, c, h, w];
                 names.push(check_conv(&mut rng, x, c, k, s, d, pads, true, act));
             }
@@ -153,7 +156,7 @@ fn blocked_depthwise_convs_match_reference() {
     .enumerate()
     {
         let x = [1, 16, hw[0], hw[1]];
-        let act = ACTS[(i + 1) % ACTS.len()];
+        let act = acts[(i + 1) % acts.len()];
         names.push(check_conv(&mut rng, x, 16, k, s, d, pads, true, act));
     }
     assert!(names.len() > 20 && names.iter().all(|n| n == "cpu.nchwc.depthwise"));

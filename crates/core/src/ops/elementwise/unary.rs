@@ -149,6 +149,104 @@ impl UnaryKind {
         }
     }
 
+    /// Every kind at least once, with attribute values that exercise it, for the backends'
+    /// tests. The match makes a new variant fail to compile here until it is listed.
+    pub fn examples() -> Vec<UnaryKind> {
+        use UnaryKind::*;
+        let listed = |k: UnaryKind| match k {
+            Abs
+            | Neg
+            | Exp
+            | Log
+            | Sqrt
+            | Reciprocal
+            | Floor
+            | Ceil
+            | Round
+            | Sign
+            | Erf
+            | Sin
+            | Cos
+            | Tan
+            | Asin
+            | Acos
+            | Atan
+            | Sinh
+            | Cosh
+            | Asinh
+            | Acosh
+            | Atanh
+            | Relu
+            | Sigmoid
+            | Tanh
+            | Softplus
+            | Softsign
+            | LeakyRelu { .. }
+            | Elu { .. }
+            | Selu { .. }
+            | Celu { .. }
+            | ThresholdedRelu { .. }
+            | HardSigmoid { .. }
+            | HardSwish
+            | Mish
+            | Gelu { .. }
+            | Shrink { .. }
+            | Clip { .. } => k,
+        };
+        [
+            Abs,
+            Neg,
+            Exp,
+            Log,
+            Sqrt,
+            Reciprocal,
+            Floor,
+            Ceil,
+            Round,
+            Sign,
+            Erf,
+            Sin,
+            Cos,
+            Tan,
+            Asin,
+            Acos,
+            Atan,
+            Sinh,
+            Cosh,
+            Asinh,
+            Acosh,
+            Atanh,
+            Relu,
+            Sigmoid,
+            Tanh,
+            Softplus,
+            Softsign,
+            UnaryKind::LEAKY_RELU,
+            LeakyRelu { alpha: 0.3 },
+            UnaryKind::ELU,
+            UnaryKind::SELU,
+            UnaryKind::CELU,
+            UnaryKind::THRESHOLDED_RELU,
+            UnaryKind::HARD_SIGMOID,
+            HardSwish,
+            Mish,
+            Gelu { tanh: false },
+            Gelu { tanh: true },
+            UnaryKind::SHRINK,
+            Clip { min: 0.0, max: 6.0 },
+            Clip {
+                min: -0.25,
+                max: f32::INFINITY,
+            },
+            Clip {
+                min: f32::NEG_INFINITY,
+                max: 0.5,
+            },
+        ]
+        .map(listed)
+        .to_vec()
+    }
+
     /// Whether the fusion passes fold this function into the epilogue of the op producing its
     /// input (Conv, ConvTranspose, Gemm, FullyConnected). Every backend computes any kind
     /// there; these are the ones cheap enough in a tile's epilogue to be worth it.
