@@ -8,7 +8,14 @@ use std::arch::x86_64::*;
 /// Whether the epilogue computes `act` in registers ([`act8`]); the others run per element
 /// after the store, with the f32 formula.
 fn in_registers(act: UnaryKind) -> bool {
-    !matches!(EpilogueAct::of(act), EpilogueAct::PerElement(_))
+    match EpilogueAct::of(act) {
+        EpilogueAct::Relu
+        | EpilogueAct::Clip { .. }
+        | EpilogueAct::LeakyRelu { .. }
+        | EpilogueAct::HardSigmoid { .. }
+        | EpilogueAct::HardSwish => true,
+        EpilogueAct::PerElement(_) => false,
+    }
 }
 
 /// Vectorised activation; `None` for those done per element (see [`in_registers`]).
