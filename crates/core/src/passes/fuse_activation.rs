@@ -169,6 +169,7 @@ mod tests {
             ),
             (un(UnaryKind::HardSwish), vec![], UnaryKind::HardSwish),
             (un(UnaryKind::Sigmoid), vec![], UnaryKind::Sigmoid),
+            (un(UnaryKind::Mish), vec![], UnaryKind::Mish),
             (
                 Arc::new(Clip::default()),
                 vec![Tensor::scalar(0.0f32), Tensor::scalar(6.0f32)],

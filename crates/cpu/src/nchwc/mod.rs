@@ -122,6 +122,7 @@ fn clamp_of(act: Option<UnaryKind>) -> Option<(f32, f32)> {
         EpilogueAct::LeakyRelu { .. }
         | EpilogueAct::HardSigmoid { .. }
         | EpilogueAct::HardSwish
+        | EpilogueAct::Mish
         | EpilogueAct::PerElement(_) => None,
     }
 }

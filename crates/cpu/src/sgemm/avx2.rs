@@ -14,7 +14,7 @@ fn in_registers(act: UnaryKind) -> bool {
         | EpilogueAct::LeakyRelu { .. }
         | EpilogueAct::HardSigmoid { .. }
         | EpilogueAct::HardSwish => true,
-        EpilogueAct::PerElement(_) => false,
+        EpilogueAct::Mish | EpilogueAct::PerElement(_) => false,
     }
 }
 
@@ -42,7 +42,7 @@ unsafe fn act8(act: UnaryKind, v: __m256) -> Option<__m256> {
                 let t = _mm256_min_ps(_mm256_max_ps(t, zero), _mm256_set1_ps(1.0));
                 _mm256_mul_ps(v, t)
             }
-            EpilogueAct::PerElement(_) => return None,
+            EpilogueAct::Mish | EpilogueAct::PerElement(_) => return None,
         })
     }
 }
@@ -228,9 +228,8 @@ pub(super) unsafe fn kernel(
                 std::ptr::copy_nonoverlapping(t.as_ptr(), p, nr);
             }
             if let Some(act) = scalar_act {
-                for j in 0..nr {
-                    *p.add(j) = act.apply(*p.add(j));
-                }
+                // The row's nr values, stored just above: vectorised where the kind allows.
+                super::activate(Some(act), std::slice::from_raw_parts_mut(p, nr));
             }
         }
     }

@@ -253,9 +253,13 @@ impl UnaryKind {
     pub fn fuses_as_epilogue(self) -> bool {
         use UnaryKind::*;
         match self {
-            Relu | Clip { .. } | LeakyRelu { .. } | HardSigmoid { .. } | HardSwish | Sigmoid => {
-                true
-            }
+            Relu
+            | Clip { .. }
+            | LeakyRelu { .. }
+            | HardSigmoid { .. }
+            | HardSwish
+            | Sigmoid
+            | Mish => true,
             Abs
             | Neg
             | Exp
@@ -285,7 +289,6 @@ impl UnaryKind {
             | Selu { .. }
             | Celu { .. }
             | ThresholdedRelu { .. }
-            | Mish
             | Gelu { .. }
             | Shrink { .. } => false,
         }
