@@ -20,11 +20,11 @@ fn in_registers(act: UnaryKind) -> bool {
 
 /// Vectorised activation; `None` for those done per element (see [`in_registers`]).
 #[inline(always)]
-unsafe fn act8(act: UnaryKind, v: __m256) -> Option<__m256> {
+unsafe fn act8(act: EpilogueAct, v: __m256) -> Option<__m256> {
     // SAFETY: only called from the avx2+fma kernel below.
     unsafe {
         let zero = _mm256_setzero_ps();
-        Some(match EpilogueAct::of(act) {
+        Some(match act {
             EpilogueAct::Relu => _mm256_max_ps(v, zero),
             EpilogueAct::Clip { min, max } => {
                 _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(min)), _mm256_set1_ps(max))
@@ -67,15 +67,16 @@ pub(super) unsafe fn column(
     e: &TileEpi,
 ) {
     let fast = nr == NR && simple(e);
-    // The tiles of a column share their columns' bias.
+    // The tiles of a column share their columns' bias and their activation's form.
     let cb = col_bias(e);
+    let act = e.act.map(EpilogueAct::of);
     for (ip, i) in (0..rows).step_by(MR).enumerate() {
         let e = e.rows_from(i);
         if fast && i + MR <= rows {
             // SAFETY: as below, for a full tile.
             unsafe {
                 let ap = a.add(ip * kc * MR);
-                simple_tile(kc, ap, b, bs, c.add(i * rsc), rsc, &row_bias(&e), cb, e.act)
+                simple_tile(kc, ap, b, bs, c.add(i * rsc), rsc, &row_bias(&e), cb, act)
             };
             continue;
         }
@@ -121,13 +122,14 @@ pub(super) unsafe fn row(
         // Short-k tiles spent as long on per-tile setup as on their multiplies: the
         // epilogue is decided once for the row.
         let rb = row_bias(e);
+        let act = e.act.map(EpilogueAct::of);
         for jp in 0..panels {
             let cb = col_bias(&e.cols_from(jp * NR));
             // SAFETY: tile jp of the block the caller vouches for: B panel jp holds kc rows
             // of NR floats bs apart, a holds kc * MR floats, C's MR x NR tile is ours.
             unsafe {
                 let (bp, ct) = (b.add(jp * step), c.add(jp * NR));
-                simple_tile(kc, a, bp, bs, ct, rsc, &rb, cb, e.act)
+                simple_tile(kc, a, bp, bs, ct, rsc, &rb, cb, act)
             };
         }
         return;
@@ -173,6 +175,7 @@ pub(super) unsafe fn kernel(
         } else {
             product(kc, a, b, bs)
         };
+        let act = e.act.map(EpilogueAct::of);
         // Lanes of each half that belong to the tile (partial tiles load masked and store
         // only their nr columns: never touching C past them).
         let (m0, m1) = (lanes(nr.min(8)), lanes(nr.saturating_sub(8)));
@@ -210,10 +213,10 @@ pub(super) unsafe fn kernel(
                     v0 = _mm256_add_ps(v0, cb0);
                     v1 = _mm256_add_ps(v1, cb1);
                 }
-                if let Some(act) = e.act {
+                if let (Some(act), Some(kind)) = (act, e.act) {
                     match (act8(act, v0), act8(act, v1)) {
                         (Some(a0), Some(a1)) => (v0, v1) = (a0, a1),
-                        _ => scalar_act = Some(act),
+                        _ => scalar_act = Some(kind),
                     }
                 }
             }
@@ -343,7 +346,7 @@ unsafe fn simple_tile(
     rsc: usize,
     rb: &[__m256; MR],
     cb: Option<[__m256; 2]>,
-    act: Option<UnaryKind>,
+    act: Option<EpilogueAct>,
 ) {
     // SAFETY: forwarded from the caller.
     unsafe {
@@ -366,7 +369,7 @@ unsafe fn store_simple(
     rsc: usize,
     rb: &[__m256; MR],
     cb: Option<[__m256; 2]>,
-    act: Option<UnaryKind>,
+    act: Option<EpilogueAct>,
 ) {
     for (i, (acc, &rb)) in acc.iter().zip(rb).enumerate() {
         let (mut v0, mut v1) = (_mm256_add_ps(acc[0], rb), _mm256_add_ps(acc[1], rb));

@@ -610,15 +610,25 @@ impl Problem<'_> {
 #[inline(always)]
 pub(crate) fn activate(act: Option<UnaryKind>, xs: &mut [f32]) {
     let Some(a) = act else { return };
+    // Each arm names its kind again, so the formula's match folds away and the loop, free of
+    // it, vectorises.
     match EpilogueAct::of(a) {
-        EpilogueAct::Relu => xs.iter_mut().for_each(|x| *x = x.max(0.0)),
-        EpilogueAct::Clip { min, max } => xs.iter_mut().for_each(|x| *x = x.max(min).min(max)),
-        // One arm per kind, so each loop is free of the match and vectorises.
-        EpilogueAct::HardSwish => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
-        EpilogueAct::HardSigmoid { .. } => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
-        EpilogueAct::LeakyRelu { .. } => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
-        EpilogueAct::Mish => xs.iter_mut().for_each(|x| *x = mish(*x)),
-        EpilogueAct::PerElement(a) => xs.iter_mut().for_each(|x| *x = a.apply(*x)),
+        EpilogueAct::Relu => each(xs, |x| UnaryKind::Relu.apply(x)),
+        EpilogueAct::Clip { min, max } => each(xs, |x| UnaryKind::Clip { min, max }.apply(x)),
+        EpilogueAct::LeakyRelu { alpha } => each(xs, |x| UnaryKind::LeakyRelu { alpha }.apply(x)),
+        EpilogueAct::HardSigmoid { alpha, beta } => {
+            each(xs, |x| UnaryKind::HardSigmoid { alpha, beta }.apply(x))
+        }
+        EpilogueAct::HardSwish => each(xs, |x| UnaryKind::HardSwish.apply(x)),
+        EpilogueAct::Mish => each(xs, mish),
+        EpilogueAct::PerElement(a) => each(xs, |x| a.apply(x)),
+    }
+}
+
+#[inline(always)]
+fn each(xs: &mut [f32], f: impl Fn(f32) -> f32) {
+    for x in xs {
+        *x = f(*x);
     }
 }
 
