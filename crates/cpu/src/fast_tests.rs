@@ -565,12 +565,20 @@ fn movement() {
     ] {
         let t = r.tensor(x, 1.0);
         let n = split.len();
+        // The sizes as the attribute (before opset 13) and as an i64 input.
+        let sizes = Tensor::from_vec(&[n], split.clone()).unwrap();
         let op = Split {
             axis,
             split: Some(split),
             num_outputs: n,
         };
-        check(Arc::new(op), &[Some(t)], &[]);
+        check(Arc::new(op), &[Some(t.clone())], &[]);
+        let op = Split {
+            axis,
+            split: None,
+            num_outputs: n,
+        };
+        check(Arc::new(op), &[Some(t), Some(sizes)], &[false, true]);
     }
 }
 

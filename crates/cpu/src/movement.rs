@@ -41,7 +41,8 @@ pub(crate) fn register(r: &mut Registry) {
         "cpu.split",
         "Split",
         10,
-        DTypes::AllF32,
+        // The sizes input (opset 13) is i64.
+        DTypes::OutputsF32,
         Layout::Plain,
         |s, r| {
             needs(
