@@ -33,14 +33,18 @@ fn load_set(dir: &Path, prefix: &str) -> Vec<(String, Tensor)> {
 }
 
 fn check_case(case: &Path, threads: usize) {
-    let session = Session::from_path(
-        case.join("model.onnx"),
+    check_case_with(
+        case,
         SessionOptions {
             threads,
             ..Default::default()
         },
     )
-    .unwrap_or_else(|e| panic!("{}: {e}", case.display()));
+}
+
+fn check_case_with(case: &Path, options: SessionOptions) {
+    let session = Session::from_path(case.join("model.onnx"), options)
+        .unwrap_or_else(|e| panic!("{}: {e}", case.display()));
     let set = case.join("test_data_set_0");
     let inputs = load_set(&set, "input");
     let named: Vec<(&str, Tensor)> = inputs
@@ -82,6 +86,31 @@ fn zoo_cases_match_references() {
     for case in &cases {
         check_case(case, 2);
     }
+}
+
+/// The same with every instruction set this CPU has forced on the session: the portable
+/// kernels are what an ARM or an old x86 machine runs.
+#[test]
+fn zoo_cases_match_references_on_every_isa() {
+    let Some(dir) = models_dir() else { return };
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(dir.join("cases"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    cases.sort();
+    for isa in ferrolite::Isa::available() {
+        for case in &cases {
+            let options = SessionOptions::default()
+                .with_threads(1)
+                .with_isa(isa.name());
+            check_case_with(case, options);
+        }
+    }
+    // An ISA the CPU lacks, or one nobody knows, is an error when the session is made.
+    let model = dir.join("cases/mobilenet_v2/model.onnx");
+    let bad = SessionOptions::default().with_isa("sse9");
+    assert!(Session::from_path(&model, bad).is_err());
 }
 
 #[test]

@@ -156,13 +156,16 @@ fn to_numpy(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
     Ok(arr.unbind())
 }
 
-/// A loaded model: `Session(path_or_bytes, threads=0, disabled_passes=None, device="cpu")`.
+/// A loaded model: `Session(path_or_bytes, threads=0, disabled_passes=None, device="cpu",
+/// isa=None)`.
 ///
 /// `threads=0` uses one worker per core. `device="gpu"` runs the subgraphs the GPU supports on
 /// it (a module built with the `gpu` feature) and the rest on the CPU; `"fake"`,
 /// `"fake:ops=Conv+Relu"`, `"fake:fail=run"` select the test suite's fake device. A subgraph the
-/// device cannot compile or run falls back to the CPU; `warnings` lists those. A session can be used from several Python threads at
-/// once; the GIL is released while the engine runs.
+/// device cannot compile or run falls back to the CPU; `warnings` lists those. `isa="portable"`
+/// (or `"avx2"`) forces the CPU kernels' instruction set (default: `FERROLITE_ISA`, else the
+/// best the CPU has). A session can be used from several Python threads at once; the GIL is
+/// released while the engine runs.
 #[pyclass(frozen, module = "ferrolite")]
 struct Session {
     inner: Arc<ferrolite::Session>,
@@ -171,13 +174,14 @@ struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None, device = "cpu"))]
+    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None, device = "cpu", isa = None))]
     fn new(
         py: Python<'_>,
         path_or_bytes: &Bound<'_, PyAny>,
         threads: usize,
         disabled_passes: Option<Vec<String>>,
         device: &str,
+        isa: Option<String>,
     ) -> PyResult<Session> {
         let device: ferrolite::DeviceOption = device
             .parse()
@@ -186,6 +190,7 @@ impl Session {
             threads,
             disabled_passes: disabled_passes.unwrap_or_default(),
             device,
+            isa,
             ..SessionOptions::default()
         };
         let session = if let Ok(b) = path_or_bytes.downcast::<PyBytes>() {

@@ -109,6 +109,15 @@ def test_errors_carry_the_engine_message():
     assert issubclass(ferrolite.FerroliteError, RuntimeError)
 
 
+def test_isa_option_forces_the_portable_kernels():
+    x = np.random.default_rng(3).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    fast = ferrolite.Session(DEMO).run(None, {"x": x})[0]
+    portable = ferrolite.Session(DEMO, isa="portable").run(None, {"x": x})[0]
+    np.testing.assert_allclose(portable, fast, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ferrolite.FerroliteError, match="unknown ISA"):
+        ferrolite.Session(DEMO, isa="sse9")
+
+
 def test_threads_share_a_session():
     from concurrent.futures import ThreadPoolExecutor
 
