@@ -14,11 +14,11 @@ use crate::ops::layout::Nchwc;
 use crate::plan::{Kernel, KernelRequest};
 use crate::{DType, Op};
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// The layout of the tensors a kernel reads and writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Layout {
     /// The op as the model states it.
     Plain,
@@ -108,15 +108,17 @@ pub struct Selection<K> {
     pub considered: Vec<Considered>,
 }
 
-/// Kernels by op type and layout, each list in priority order.
+/// Kernels by op type and layout, each list in priority order. A B-tree rather than a hash
+/// map: registries live in statics, and a hash table's pointer into the middle of its
+/// allocation makes leak checkers report the whole registry as possibly lost.
 pub struct KernelRegistry<C, K> {
-    by_op: HashMap<(TypeId, Layout), Vec<Entry<C, K>>>,
+    by_op: BTreeMap<(TypeId, Layout), Vec<Entry<C, K>>>,
 }
 
 impl<C, K> Default for KernelRegistry<C, K> {
     fn default() -> Self {
         KernelRegistry {
-            by_op: HashMap::new(),
+            by_op: BTreeMap::new(),
         }
     }
 }
