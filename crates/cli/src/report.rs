@@ -125,6 +125,14 @@ pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
     let model = session.model();
     println!("format   {} (producer '{}')", model.format, model.producer);
     println!("backend  {}", session.cpu_description());
+    let isas: Vec<&str> = ferrolite::Isa::available()
+        .iter()
+        .map(|i| i.name())
+        .collect();
+    println!(
+        "isas     {} (this CPU; --isa or FERROLITE_ISA picks one)",
+        isas.join(", ")
+    );
     for (domain, v) in &model.opsets {
         let d = if domain.is_empty() { "ai.onnx" } else { domain };
         println!("opset    {d} {v}");
