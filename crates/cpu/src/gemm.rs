@@ -62,7 +62,7 @@ impl PackedMatrix {
     /// multiple of [`MR`].
     pub fn pack_rows(&mut self, r0: usize, n: usize, src: MatRef) -> OpResult<()> {
         op_ensure!(
-            self.side == Side::A && r0 % MR == 0 && r0 + n <= self.rows,
+            self.side == Side::A && r0.is_multiple_of(MR) && r0 + n <= self.rows,
             "pack_rows: rows {r0}..{} of a {:?} operand of {} rows",
             r0 + n,
             self.side,

@@ -39,7 +39,7 @@ pub(crate) fn split_padded_row(
 ) {
     // Input column t is padded column t + pad: with an odd pad, input pairs start on an odd
     // column.
-    let (first, second, o0, o1) = if pad % 2 == 0 {
+    let (first, second, o0, o1) = if pad.is_multiple_of(2) {
         (even, odd, pad / 2, pad / 2)
     } else {
         (odd, even, pad / 2, pad / 2 + 1)

@@ -429,13 +429,13 @@ fn depthwise_small_planes_match_reference() {
                                 2 => (2, vec![kh - 1, kw - 1, kh - 1, kw - 1]),
                                 _ => (1, vec![0, 0, 0, 0]),
                             };
-                            let w_in = if i % 5 == 0 { h + 3 } else { h };
+                            let w_in = if i.is_multiple_of(5) { h + 3 } else { h };
                             if h + pads[0] + pads[2] < d * (kh - 1) + 1
                                 || w_in + pads[1] + pads[3] < d * (kw - 1) + 1
                             {
                                 continue;
                             }
-                            let n = if i % 3 == 0 { 2 } else { 1 };
+                            let n = if i.is_multiple_of(3) { 2 } else { 1 };
                             let op: Arc<dyn Op> = Arc::new(Conv {
                                 params: ConvParams {
                                     kernel_shape: None,
@@ -450,7 +450,7 @@ fn depthwise_small_planes_match_reference() {
                             let ins = vec![
                                 Some(rng.tensor(&[n, c, h, w_in])),
                                 Some(rng.tensor(&[c, 1, kh, kw])),
-                                (i % 2 == 0).then(|| rng.tensor(&[c])),
+                                i.is_multiple_of(2).then(|| rng.tensor(&[c])),
                             ];
                             let name = check(op.clone(), &ins, &[false, true, true]);
                             // One channel is an ordinary convolution (group 1).

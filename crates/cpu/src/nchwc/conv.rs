@@ -84,7 +84,7 @@ impl ConvKernel {
         bias: Option<&[f32]>,
     ) -> Option<Self> {
         let g = &s.geometry;
-        if g.input.len() != 2 || s.out_channels % B != 0 {
+        if g.input.len() != 2 || !s.out_channels.is_multiple_of(B) {
             return None;
         }
         let (ic, oc) = (s.in_channels, s.out_channels);

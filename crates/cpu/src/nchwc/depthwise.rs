@@ -133,7 +133,7 @@ impl DepthwiseKernel {
     ) -> Option<Self> {
         let c = s.in_channels;
         let g = &s.geometry;
-        if g.input.len() != 2 || s.group != c || s.out_channels != c || c % B != 0 {
+        if g.input.len() != 2 || s.group != c || s.out_channels != c || !c.is_multiple_of(B) {
             return None;
         }
         let kk = g.kernel[0] * g.kernel[1];

@@ -58,7 +58,7 @@ fn check_conv(
         group: if depthwise { c } else { 1 },
         activation: act,
     };
-    let blocked_input = c % 8 == 0;
+    let blocked_input = c.is_multiple_of(8);
     let op: Arc<dyn Op> = Arc::new(Nchwc {
         inner: Arc::new(conv),
         blocked_input,

@@ -86,7 +86,12 @@ impl Attention {
             let (Some(hq), Some(hkv)) = (self.q_num_heads, self.kv_num_heads) else {
                 op_bail!("3-D inputs need q_num_heads and kv_num_heads");
             };
-            if hq == 0 || hkv == 0 || q[2] % hq != 0 || k[2] % hkv != 0 || v[2] % hkv != 0 {
+            if hq == 0
+                || hkv == 0
+                || !q[2].is_multiple_of(hq)
+                || !k[2].is_multiple_of(hkv)
+                || !v[2].is_multiple_of(hkv)
+            {
                 op_bail!(
                     "hidden sizes {}, {}, {} are not divisible by the head counts {hq}, {hkv}",
                     q[2],

@@ -62,7 +62,7 @@ impl Col2Im {
         }
         let bsz: usize = block.iter().product();
         let l: usize = blocks.iter().product();
-        if x[1] % bsz != 0 || x[2] != l {
+        if !x[1].is_multiple_of(bsz) || x[2] != l {
             op_bail!("input 0 {x:?} must be [N, C*{bsz}, {l}]");
         }
         let mut out = vec![x[0], x[1] / bsz];

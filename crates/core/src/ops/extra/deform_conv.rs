@@ -48,7 +48,12 @@ impl DeformConv {
                 self.kernel_shape
             );
         }
-        if g == 0 || og == 0 || x[1] != w[1] * g || w[0] % g != 0 || x[1] % og != 0 {
+        if g == 0
+            || og == 0
+            || x[1] != w[1] * g
+            || !w[0].is_multiple_of(g)
+            || !x[1].is_multiple_of(og)
+        {
             op_bail!("channels of X {x:?} and W {w:?} do not fit group {g} / offset_group {og}");
         }
         let mut geo = [[0usize; 3]; 2];

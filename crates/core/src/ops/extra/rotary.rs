@@ -23,7 +23,7 @@ impl RotaryEmbedding {
         let (b, h, s, d) = match x.len() {
             4 => (x[0], x[1], x[2], x[3]),
             3 => {
-                if self.num_heads == 0 || x[2] % self.num_heads != 0 {
+                if self.num_heads == 0 || !x[2].is_multiple_of(self.num_heads) {
                     op_bail!(
                         "3-D input {x:?} needs num_heads dividing its hidden size, got {}",
                         self.num_heads

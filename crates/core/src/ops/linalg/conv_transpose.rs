@@ -76,7 +76,7 @@ impl ConvTranspose {
         let group = self.group;
         op_ensure!(group >= 1, "group must be at least 1, got {group}");
         op_ensure!(
-            w[0] == x[1] && x[1] % group == 0,
+            w[0] == x[1] && x[1].is_multiple_of(group),
             "input 1 (W) shape {w:?} must start with the {} channels of X, divisible by group {group}",
             x[1]
         );

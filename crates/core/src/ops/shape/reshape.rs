@@ -43,7 +43,7 @@ impl Reshape {
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| crate::OpError(format!("shape {requested:?} is too large")))?;
         if let Some(i) = infer_at {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 op_bail!("cannot reshape {input:?} ({numel} elements) to {requested:?}");
             }
             out[i] = numel / known;
