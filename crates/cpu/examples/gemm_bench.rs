@@ -7,7 +7,10 @@ use ferrolite_cpu::Sgemm;
 use std::time::Instant;
 
 fn main() {
-    let g = Sgemm::default();
+    // FERROLITE_ISA picks the microkernel (default: the best this CPU has).
+    let isa = ferrolite_cpu::Isa::select(None).unwrap_or_else(|e| panic!("{e}"));
+    let g = Sgemm { isa };
+    println!("isa {isa}");
     let shapes = [
         (96, 16, 12544),
         (32, 27, 12544),

@@ -197,7 +197,7 @@ impl PhasePlanes {
     /// are zeros. Compiled for AVX2 where the CPU has it (sixteen values are two moves).
     fn pack(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if self.isa == crate::isa::Isa::Avx2Fma {
+        if self.isa.has_avx2() {
             // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then), the only requirement of the
             // target_feature function, whose body is safe code.
             unsafe { self.pack_avx2(xp, ow, p0, np, buf) };

@@ -709,7 +709,7 @@ impl Kernel for DepthwiseKernel {
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
-                Isa::Avx2Fma => unsafe { plane_avx2(&p, x, w, b, act, out, scratch) },
+                Isa::Avx2Fma | Isa::Avx512 => unsafe { plane_avx2(&p, x, w, b, act, out, scratch) },
                 Isa::Portable => plane::<false>(Isa::Portable, &p, x, w, b, act, out, scratch),
             }
         };
@@ -757,7 +757,9 @@ impl DepthwiseKernel {
             match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
-                Isa::Avx2Fma => unsafe { blocked_avx2(&p, &tp, x, w, &bl, act, y, nc, buf) },
+                Isa::Avx2Fma | Isa::Avx512 => unsafe {
+                    blocked_avx2(&p, &tp, x, w, &bl, act, y, nc, buf)
+                },
                 Isa::Portable => blocked::<false>(&p, &tp, x, w, &bl, act, y, nc, buf),
             }
         };

@@ -225,7 +225,7 @@ fn periodic<F: Fn(f32, f32) -> f32>(f: F, v: &[f32], p: &[f32], phase: usize, o:
 
 fn run_row(isa: Isa, op: BinOp, a: Src, b: Src, o: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
         // only requirement of the target_feature function, whose body is safe code.
         unsafe { run_row_avx2(op, a, b, o) };
@@ -531,7 +531,7 @@ fn map<F: Fn(f32) -> f32>(f: F, x: &[f32], y: &mut [f32]) {
 /// Applies `kind` to `x` into `y` (equal lengths).
 pub(crate) fn apply_unary(isa: Isa, kind: UnaryKind, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
         // only requirement of the target_feature function, whose body is safe code.
         unsafe { apply_unary_avx2(kind, x, y) };
@@ -649,7 +649,7 @@ fn clip_impl(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
 
 fn clip(isa: Isa, lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
         // only requirement of the target_feature function, whose body is safe code.
         unsafe { clip_avx2(lo, hi, x, y) };

@@ -400,7 +400,7 @@ mod tests {
 
     #[test]
     fn strided_product_and_checks() {
-        for g in [Sgemm::default(), Sgemm::portable()] {
+        for g in crate::Isa::available().into_iter().map(|isa| Sgemm { isa }) {
             // A 2x3 row-major, B given transposed (3x2 viewed through strides of a 2x3).
             let a = [1.0f32, 2., 3., 4., 5., 6.];
             let bt = [7.0f32, 9., 11., 8., 10., 12.];
@@ -544,6 +544,10 @@ mod tests {
             (130, KC + 1, 40),
             (2, 2 * KC + 88, 5),
             (250, 70, 90),
+            // Pairs of full B panels past the short-k depth (AVX-512's 6 x 32 tiles), with
+            // odd rows and a partial last panel.
+            (37, 65, 70),
+            (6, 200, 64),
             // The tiny-M streaming path: m = 1..4 (and 5..7 just above it), odd n and k,
             // k across KC blocks, n with partial strips.
             (1, 576, 1024),
@@ -558,7 +562,7 @@ mod tests {
             (6, 33, 47),
             (7, 17, 3),
         ];
-        for g in [Sgemm::default(), Sgemm::portable()] {
+        for g in crate::Isa::available().into_iter().map(|isa| Sgemm { isa }) {
             for &(m, k, n) in &sizes {
                 let av: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
                 let bv: Vec<f32> = (0..k * n).map(|_| rnd()).collect();

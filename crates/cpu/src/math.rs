@@ -151,7 +151,7 @@ macro_rules! slice_fns {
             /// The function over a slice (`y[i] = f(x[i])`, equal lengths).
             pub(crate) fn $name(isa: Isa, x: &[f32], y: &mut [f32]) {
                 #[cfg(target_arch = "x86_64")]
-                if isa == Isa::Avx2Fma {
+                if isa.has_avx2() {
                     // SAFETY: the CPU supports AVX2 and FMA (an Isa other than Portable exists
                     // only then), the only requirement of the target_feature function, which
                     // is safe code.

@@ -378,7 +378,7 @@ fn pair<const MAX: bool>(acc: f32, v: f32) -> f32 {
 /// it. Every row must hold at least `out.len()` values.
 fn reduce_rows<const MAX: bool>(isa: Isa, out: &mut [f32], rows: &[&[f32]]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then), the only requirement of the
         // target_feature function, whose body is safe code.
         unsafe { reduce_rows_avx2::<MAX>(out, rows) };
@@ -573,7 +573,7 @@ impl BlockedPoolKernel {
 
     fn plane(&self, src: &[f32], dst: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if self.isa == Isa::Avx2Fma {
+        if self.isa.has_avx2() {
             let (ih, iw) = (self.gh.input, self.gw.input);
             assert!(src.len() >= ih * iw * LANES);
             assert!(dst.len() >= self.gh.output * self.gw.output * LANES);

@@ -65,7 +65,7 @@ struct SoftmaxKernel {
 /// Softmax of one contiguous row; compiled for AVX2 + FMA where the CPU has them.
 fn row(isa: Isa, x: &[f32], y: &mut [f32], log: bool) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA (an Isa other than Portable exists only then), the only requirement of the
         // target_feature function, whose body is safe code.
         unsafe { row_avx2(x, y, log) };

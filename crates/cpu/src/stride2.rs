@@ -13,7 +13,7 @@ pub(crate) fn deinterleave(isa: Isa, src: &[f32], even: &mut [f32], odd: &mut [f
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then); the slices hold n pairs and n values.
         done = unsafe { avx2::deinterleave(src, Some(even), odd) };
     }
@@ -62,7 +62,7 @@ pub(crate) fn evens(isa: Isa, src: &[f32], dst: &mut [f32]) {
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2Fma {
+    if isa.has_avx2() {
         // The vector loop reads whole pairs: the last element (no partner) is done below.
         let pairs = &src[..2 * last];
         // SAFETY: the CPU has AVX2 (the Isa says so); pairs holds `last` pairs and dst

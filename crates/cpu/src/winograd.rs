@@ -394,7 +394,7 @@ impl WinogradKernel {
         inner: bool,
     ) -> OpResult<()> {
         #[cfg(target_arch = "x86_64")]
-        if self.gemm.isa == crate::sgemm::Isa::Avx2Fma {
+        if self.gemm.isa.has_avx2() {
             // SAFETY: the Avx2Fma GEMM is only chosen on CPUs with AVX2 and FMA, the only
             // requirement of the target_feature function, whose body is safe code.
             return unsafe { self.block_avx2(x, ty0, ty1, bias, out, v, z, inner) };
@@ -902,12 +902,9 @@ mod tests {
             .num_threads(2)
             .build()
             .unwrap();
-        let variants = [
-            (Sgemm::default(), WinogradTile::F2),
-            (Sgemm::portable(), WinogradTile::F2),
-            (Sgemm::default(), WinogradTile::F4),
-            (Sgemm::portable(), WinogradTile::F4),
-        ];
+        let variants = crate::Isa::available()
+            .into_iter()
+            .flat_map(|isa| [WinogradTile::F2, WinogradTile::F4].map(|tile| (Sgemm { isa }, tile)));
         for (gemm, tile) in variants {
             for &(n, c, m, h, w) in &[
                 (1, 16, 16, 4, 4),

@@ -47,7 +47,7 @@ pub struct SessionOptions {
     pub device: DeviceOption,
     /// How the graph is split between the device and the CPU.
     pub partition: PartitionOptions,
-    /// The CPU kernels' instruction set by name (`portable`, `avx2`); `None`: the
+    /// The CPU kernels' instruction set by name (`portable`, `avx2`, `avx512`); `None`: the
     /// `FERROLITE_ISA` environment variable, else the best this CPU has.
     pub isa: Option<String>,
 }
@@ -91,7 +91,7 @@ impl SessionOptions {
         self
     }
 
-    /// Forces the CPU kernels' instruction set (`portable`, `avx2`), for debugging and tests;
+    /// Forces the CPU kernels' instruction set (`portable`, `avx2`, `avx512`), for debugging and tests;
     /// one the CPU lacks is an error when the session is made.
     pub fn with_isa(mut self, isa: impl Into<String>) -> Self {
         self.isa = Some(isa.into());

@@ -163,7 +163,7 @@ fn to_numpy(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
 /// it (a module built with the `gpu` feature) and the rest on the CPU; `"fake"`,
 /// `"fake:ops=Conv+Relu"`, `"fake:fail=run"` select the test suite's fake device. A subgraph the
 /// device cannot compile or run falls back to the CPU; `warnings` lists those. `isa="portable"`
-/// (or `"avx2"`) forces the CPU kernels' instruction set (default: `FERROLITE_ISA`, else the
+/// (or `"avx2"`, `"avx512"`) forces the CPU kernels' instruction set (default: `FERROLITE_ISA`, else the
 /// best the CPU has). A session can be used from several Python threads at once; the GIL is
 /// released while the engine runs.
 #[pyclass(frozen, module = "ferrolite")]

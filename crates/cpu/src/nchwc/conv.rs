@@ -193,7 +193,7 @@ impl ConvKernel {
         match self.isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has AVX2 and FMA (the Isa was detected).
-            Isa::Avx2Fma => unsafe { avx2::rows(self, x, y, ob, nb, rows.clone()) },
+            Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::rows(self, x, y, ob, nb, rows.clone()) },
             Isa::Portable => self.for_each_tile(x, y, ob, rows.clone(), |t, n, out| {
                 assert!(t.fits(n, nb));
                 // SAFETY: the reads stay inside the tile's slices (asserted) and `out` holds

@@ -193,7 +193,7 @@ impl DepthwiseKernel {
             .expect("8 values");
         let clamp = clamp_of(self.act);
         #[cfg(target_arch = "x86_64")]
-        if self.isa == Isa::Avx2Fma && unpadded_3x3(g) && (clamp.is_some() || self.act.is_none()) {
+        if self.isa.has_avx2() && unpadded_3x3(g) && (clamp.is_some() || self.act.is_none()) {
             // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `plane_3x3` checks
             // the sizes its taps rely on; this call owns the rows (as below).
             unsafe { plane_3x3(g, plane, w, &bias, rows, clamp, out.0) };
@@ -207,7 +207,9 @@ impl DepthwiseKernel {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `row_avx2` checks
                 // the sizes its taps rely on.
-                Isa::Avx2Fma => unsafe { row_avx2(g, plane, w, &bias, oy, &plan, clamp, out) },
+                Isa::Avx2Fma | Isa::Avx512 => unsafe {
+                    row_avx2(g, plane, w, &bias, oy, &plan, clamp, out)
+                },
                 Isa::Portable => {
                     for (ox, o) in out.chunks_exact_mut(B).enumerate() {
                         o.copy_from_slice(&pixel(g, plane, w, &bias, oy, ox, &plan));

@@ -76,7 +76,7 @@ fn reorder_block(isa: Isa, to_blocked: bool, src: &[f32], dst: &mut [f32], hw: u
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (the Isa was detected); both slices hold 8 x hw values
         // (asserted).
-        Isa::Avx2Fma => unsafe { avx2::reorder_block(to_blocked, src, dst, hw) },
+        Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::reorder_block(to_blocked, src, dst, hw) },
         Isa::Portable => 0,
     };
     for p in done..hw {
@@ -133,7 +133,7 @@ fn activate_row(isa: Isa, act: Option<UnaryKind>, row: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (the Isa was detected), the only requirement of the
         // target_feature function, whose body is safe code.
-        Isa::Avx2Fma => unsafe { avx2::activate(act, row) },
+        Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::activate(act, row) },
         Isa::Portable => activate(act, row),
     }
 }

@@ -284,7 +284,7 @@ unsafe fn product_half(kc: usize, a: *const f32, b: *const f32, bs: usize) -> [_
 /// Whether a full tile's epilogue is the common one [`store_simple`] does: a single k block
 /// with a bias per row (conv) or per column (fully connected, at least NR of them) and a
 /// vectorised activation, nothing to scale or add.
-fn simple(e: &TileEpi) -> bool {
+pub(super) fn simple(e: &TileEpi) -> bool {
     e.alpha == 1.0
         && !e.accumulate
         && e.last

@@ -112,7 +112,7 @@ impl Problem<'_> {
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: Avx2Fma is chosen only when the CPU has both features; b as
                     // above; a holds m rows of at least kc values with stride k.
-                    Isa::Avx2Fma => unsafe {
+                    Isa::Avx2Fma | Isa::Avx512 => unsafe {
                         super::avx2::gemv_strip(kc, a.as_ptr(), k, m, b.as_ptr(), bs, acc)
                     },
                 }

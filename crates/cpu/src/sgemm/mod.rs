@@ -7,6 +7,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod gemv;
 
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -436,9 +438,31 @@ impl Problem<'_> {
                             }
                             continue;
                         }
-                        for jp in 0..npan {
+                        let mut jp = 0;
+                        while jp < npan {
                             let j = jc + jp * NR;
                             let nr = NR.min(n1 - j);
+                            #[cfg(target_arch = "x86_64")]
+                            if self.isa == Isa::Avx512 && n1 - j >= 2 * NR {
+                                // Two full B panels side by side: one 6 x 32 tile per A panel.
+                                let (b0, b1, bs) = match in_place {
+                                    Some((d, rs)) => (&d[jp * NR..], &d[(jp + 1) * NR..], rs),
+                                    None => (&bp[jp * kc * NR..], &bp[(jp + 1) * kc * NR..], NR),
+                                };
+                                debug_assert!(b1.len() >= (kc - 1) * bs + NR);
+                                let e = self.epi(ic, j, first, last);
+                                // SAFETY: Avx512 is only chosen on CPUs with AVX-512F, AVX2
+                                // and FMA; the tiles of rows ic..ic + mc, columns j..j + 2 NR
+                                // lie in the block the caller vouches for; ap holds mpan
+                                // panels of kc steps, b0 and b1 kc rows each.
+                                unsafe {
+                                    let ct = c.add(ic * rsc + j);
+                                    let (b0, b1) = (b0.as_ptr(), b1.as_ptr());
+                                    avx512::column2(kc, ap.as_ptr(), mc, b0, b1, bs, ct, rsc, &e)
+                                };
+                                jp += 2;
+                                continue;
+                            }
                             let (bpanel, bs) = match in_place {
                                 Some((d, rs)) if nr == NR => {
                                     (&d[jp * NR..][..(kc - 1) * rs + NR], rs)
@@ -454,6 +478,7 @@ impl Problem<'_> {
                                 let ct = c.add(ic * rsc + j);
                                 self.column(ap, kc, bpanel, bs, ct, rsc, mc, nr, &e)
                             }
+                            jp += 1;
                         }
                     }
                 }
@@ -504,6 +529,14 @@ impl Problem<'_> {
                 debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
                 avx2::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
             },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Avx512 is only chosen when the CPU has AVX-512F (and AVX2 and FMA); a
+            // and b as above.
+            Isa::Avx512 => unsafe {
+                debug_assert!(a.len() >= rows.div_ceil(MR) * kc * MR);
+                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
+                avx512::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
+            },
             Isa::Portable => {
                 for (ip, i) in (0..rows).step_by(MR).enumerate() {
                     let apanel = &a[ip * kc * MR..][..kc * MR];
@@ -548,7 +581,7 @@ impl Problem<'_> {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Avx2Fma is only chosen when the CPU has both features; a and b hold
             // what the caller vouches for.
-            Isa::Avx2Fma => unsafe {
+            Isa::Avx2Fma | Isa::Avx512 => unsafe {
                 avx2::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
             },
             Isa::Portable => {
