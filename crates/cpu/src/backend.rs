@@ -11,11 +11,17 @@ use ferrolite_core::registry::{Kernels, Request, Selection};
 use ferrolite_core::Result;
 use std::sync::OnceLock;
 
-/// What every CPU kernel builder is handed: the one ISA of the session and the GEMM on it.
+/// What every CPU kernel builder is handed: the one ISA of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuContext {
     pub isa: Isa,
-    pub gemm: Sgemm,
+}
+
+impl CpuContext {
+    /// The GEMM on the session's ISA.
+    pub fn gemm(&self) -> Sgemm {
+        Sgemm { isa: self.isa }
+    }
 }
 
 /// The CPU's registry type.
@@ -63,10 +69,7 @@ impl CpuBackend {
     /// A backend whose kernels all use `isa`.
     pub fn new(isa: Isa) -> Self {
         CpuBackend {
-            cx: CpuContext {
-                isa,
-                gemm: Sgemm { isa },
-            },
+            cx: CpuContext { isa },
         }
     }
 

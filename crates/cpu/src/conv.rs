@@ -361,7 +361,7 @@ pub(crate) fn register(r: &mut Registry) {
             let (x, _, s) = conv_shapes(c, r)?;
             let tile = crate::winograd::tile_for(&s)
                 .ok_or("needs a 3x3 stride-1 convolution big enough for Winograd to pay")?;
-            let k = WinogradKernel::new(r.cx.gemm, tile, &s, c.activation, x, constant(r.req, 1));
+            let k = WinogradKernel::new(r.cx.gemm(), tile, &s, c.activation, x, constant(r.req, 1));
             built(k, "constant weights")
         },
     );
@@ -373,7 +373,7 @@ pub(crate) fn register(r: &mut Registry) {
         Layout::Plain,
         |c, r| {
             let (x, w, s) = conv_shapes(c, r)?;
-            let k = ConvKernel::new(r.cx.gemm, s, c.activation, x, w, constant(r.req, 1));
+            let k = ConvKernel::new(r.cx.gemm(), s, c.activation, x, w, constant(r.req, 1));
             built(k, "a 1-D, 2-D or 3-D convolution")
         },
     );

@@ -189,7 +189,8 @@ pub(crate) fn register(r: &mut Registry) {
             let x = f32_shape(r.req, 0)?;
             let w = f32_shape(r.req, 1)?;
             let s = c.shapes(x, w).map_err(|e| e.to_string())?;
-            let k = ConvTransposeKernel::new(r.cx.gemm, s, c.activation, x, w, constant(r.req, 1));
+            let k =
+                ConvTransposeKernel::new(r.cx.gemm(), s, c.activation, x, w, constant(r.req, 1));
             built(k, "a 2-D transposed convolution")
         },
     );

@@ -143,7 +143,7 @@ pub(crate) fn register(r: &mut Registry) {
         |fc, r| {
             let (x, w) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
             let k = FullyConnectedKernel::new(
-                r.cx.gemm,
+                r.cx.gemm(),
                 fc.activation,
                 x,
                 w,

@@ -323,7 +323,7 @@ pub(crate) fn register(r: &mut Registry) {
         Layout::Plain,
         |_, r| {
             let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
-            let k = MatMulKernel::new(r.cx.gemm, a, b, constant(r.req, 1));
+            let k = MatMulKernel::new(r.cx.gemm(), a, b, constant(r.req, 1));
             built(k.map(Some), "")
         },
     );
@@ -336,7 +336,7 @@ pub(crate) fn register(r: &mut Registry) {
         |g, r| {
             let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
             let c = shape(r.req, 2);
-            let k = GemmKernel::new(r.cx.gemm, g.clone(), a, b, c, constant(r.req, 1));
+            let k = GemmKernel::new(r.cx.gemm(), g.clone(), a, b, c, constant(r.req, 1));
             built(k.map(Some), "")
         },
     );
