@@ -1,6 +1,6 @@
 //! Every optimised kernel against the core reference over many shapes.
 
-use crate::testutil::kernel_for;
+use crate::testutil::{acts, kernel_for};
 use crate::{CpuBackend, Isa};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::Conv;
@@ -38,16 +38,6 @@ pub(crate) fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool
         .collect();
     assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
     names[0].clone()
-}
-
-/// No epilogue, then every activation the fusion passes fold into one (cycled through by the
-/// tests), so a kind that becomes fusable is tested here without an edit.
-fn acts() -> Vec<Option<UnaryKind>> {
-    let fused = UnaryKind::examples()
-        .into_iter()
-        .filter(|k| k.fuses_as_epilogue())
-        .map(Some);
-    std::iter::once(None).chain(fused).collect()
 }
 
 fn check_with(

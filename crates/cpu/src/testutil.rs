@@ -1,6 +1,8 @@
-//! Test helper shared by the kernel tests: the kernel a provider picks for one op.
+//! Test helpers shared by the kernel tests: the kernel a provider picks for one op, and the
+//! epilogues to cycle through.
 
 use crate::CpuBackend;
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
 use ferrolite_core::{InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
 use std::sync::Arc;
@@ -47,4 +49,14 @@ pub(crate) fn kernel_for(
         .unwrap()
         .unwrap_or_else(|| panic!("no kernel for {op:?}"));
     (kernel, outputs)
+}
+
+/// No epilogue, then every activation the fusion passes fold into one (cycled through by the
+/// tests), so a kind that becomes fusable is tested without an edit.
+pub(crate) fn acts() -> Vec<Option<UnaryKind>> {
+    let fused = UnaryKind::examples()
+        .into_iter()
+        .filter(|k| k.fuses_as_epilogue())
+        .map(Some);
+    std::iter::once(None).chain(fused).collect()
 }

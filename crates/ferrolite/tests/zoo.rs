@@ -73,15 +73,21 @@ fn check_case_with(case: &Path, options: SessionOptions) {
     }
 }
 
-#[test]
-fn zoo_cases_match_references() {
-    let Some(dir) = models_dir() else { return };
+/// The zoo's ONNX cases, sorted.
+fn zoo_cases(dir: &Path) -> Vec<PathBuf> {
     let mut cases: Vec<PathBuf> = std::fs::read_dir(dir.join("cases"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("model.onnx").exists())
         .collect();
     cases.sort();
+    cases
+}
+
+#[test]
+fn zoo_cases_match_references() {
+    let Some(dir) = models_dir() else { return };
+    let cases = zoo_cases(&dir);
     assert!(!cases.is_empty());
     for case in &cases {
         check_case(case, 2);
@@ -93,12 +99,7 @@ fn zoo_cases_match_references() {
 #[test]
 fn zoo_cases_match_references_on_every_isa() {
     let Some(dir) = models_dir() else { return };
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(dir.join("cases"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("model.onnx").exists())
-        .collect();
-    cases.sort();
+    let cases = zoo_cases(&dir);
     for isa in ferrolite::Isa::available() {
         for case in &cases {
             let options = SessionOptions::default()

@@ -2,6 +2,7 @@
 //! (ordinary, depthwise, plain input), pooling and the reorders.
 
 use crate::tests::{check, pool, Lcg};
+use crate::testutil::acts;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::layout::{Nchwc, ReorderNchwc};
 use ferrolite_core::ops::linalg::conv::Conv;
@@ -20,15 +21,6 @@ fn below(rng: &mut Lcg, n: usize) -> usize {
 fn blocked(x: &Tensor) -> Tensor {
     let op = ReorderNchwc { to_blocked: true };
     op.eval(&[Some(x)]).unwrap().remove(0)
-}
-
-/// No epilogue, then every activation the fusion passes fold into one.
-fn acts() -> Vec<Option<UnaryKind>> {
-    let fused = UnaryKind::examples()
-        .into_iter()
-        .filter(|k| k.fuses_as_epilogue())
-        .map(Some);
-    std::iter::once(None).chain(fused).collect()
 }
 
 /// One convolution: input `[n, c, h, w]`, `m` outputs, square kernel `k`, stride, dilation,
