@@ -82,10 +82,6 @@ impl CpuBackend {
     pub fn isa(&self) -> Isa {
         self.cx.isa
     }
-
-    pub fn context(&self) -> CpuContext {
-        self.cx
-    }
 }
 
 impl KernelProvider for CpuBackend {
@@ -144,5 +140,24 @@ pub(crate) fn built<K: Kernel + 'static>(
         Ok(Some(k)) => Ok(Box::new(k)),
         Ok(None) => Err(format!("needs {conditions}")),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registry;
+    use std::collections::HashSet;
+
+    /// `explain` names kernels by their entries: a name stands for one entry per op type and
+    /// layout.
+    #[test]
+    fn entry_names_are_distinct_per_op_and_layout() {
+        let entries = registry().entries();
+        assert!(entries.len() > 20);
+        let mut seen = HashSet::new();
+        for e in entries {
+            assert!(e.name.starts_with("cpu."), "{}", e.name);
+            assert!(seen.insert((e.op, e.layout, e.name)), "{} twice", e.name);
+        }
     }
 }
