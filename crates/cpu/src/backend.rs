@@ -48,6 +48,8 @@ pub fn registry() -> &'static Kernels<CpuContext> {
         crate::movement::register(&mut r);
         crate::resize::register(&mut r);
         crate::nchwc::register(&mut r);
+        crate::qconv::register(&mut r);
+        crate::qmatmul::register(&mut r);
         r
     })
 }

@@ -22,6 +22,9 @@ mod movement;
 mod nchwc;
 mod norm;
 mod pool;
+mod qconv;
+pub(crate) mod qgemm;
+mod qmatmul;
 mod reduce;
 mod resize;
 mod scratch;
@@ -32,6 +35,8 @@ pub mod winograd;
 
 #[cfg(test)]
 mod fast_tests;
+#[cfg(test)]
+mod qtests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -96,16 +96,37 @@ impl Op for QLinearMatMul {
         let s = MatMulShapes::new(a.shape(), b.shape())?;
         let a_scale = required(inputs, 1)?;
         let az = scalar_of(opt(inputs, 2), "input 2 (a_zero_point)")? as i64;
-        let bz = scalar_of(opt(inputs, 5), "input 5 (b_zero_point)")? as i64;
+        let n = s.n;
+        // B's scale and zero point: one, or one per column.
+        let per_column = |t: &Tensor, what: &str| -> OpResult<Vec<f64>> {
+            op_ensure!(
+                t.numel() == 1 || (t.rank() == 1 && t.numel() == n),
+                "{what} must be a scalar or 1-D with {n} elements, got shape {:?}",
+                t.shape()
+            );
+            Ok(t.to_f64_vec())
+        };
+        let bz = match opt(inputs, 5) {
+            Some(t) => per_column(t, "input 5 (b_zero_point)")?,
+            None => vec![0.0],
+        };
         let sa = scalar_of(Some(a_scale), "input 1 (a_scale)")?;
-        let sb = scalar_of(Some(required(inputs, 4)?), "input 4 (b_scale)")?;
+        let sb = per_column(required(inputs, 4)?, "input 4 (b_scale)")?;
         let sy = scalar_of(Some(required(inputs, 6)?), "input 6 (y_scale)")?;
         let yz_t = opt(inputs, 7);
         let yz = scalar_of(yz_t, "input 7 (y_zero_point)")?;
         let sd = a_scale.dtype();
-        let mult = in_dtype(sd, in_dtype(sd, sa * sb) / sy);
+        let at = |v: &[f64], j: usize| v[if v.len() == 1 { 0 } else { j }];
+        let mult: Vec<f64> = (0..n)
+            .map(|j| in_dtype(sd, in_dtype(sd, sa * at(&sb, j)) / sy))
+            .collect();
         let av: Vec<i64> = a.to_i64_vec().iter().map(|v| v - az).collect();
-        let bv: Vec<i64> = b.to_i64_vec().iter().map(|v| v - bz).collect();
+        let bv: Vec<i64> = b
+            .to_i64_vec()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v - at(&bz, i % n.max(1)) as i64)
+            .collect();
         let mut acc = Vec::with_capacity(s.output.iter().product());
         matmul_reference(&s, &av, &bv, 0i64, |c, x, y| c + x * y, &mut |v| {
             acc.push(v)
@@ -117,7 +138,9 @@ impl Op for QLinearMatMul {
             to,
             &s.output,
             true,
-            acc.iter().map(|&c| c as f64 * mult + yz),
+            acc.iter()
+                .enumerate()
+                .map(|(i, &c)| c as f64 * mult[i % n.max(1)] + yz),
         )?;
         Ok(vec![y])
     }

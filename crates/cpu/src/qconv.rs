@@ -1,0 +1,429 @@
+//! QLinearConv on the integer GEMM: weights flipped to s8 and packed once, with their row
+//! sums; activations (u8, or s8 flipped to u8) packed per run, through an im2col that pads
+//! with the input's zero point (the quantized value of a real 0); bias, zero-point
+//! corrections and per-channel requantization in the GEMM's epilogue.
+//!
+//! Depthwise convolutions have too little depth for the GEMM. They run the f32 depthwise
+//! kernel on integer values instead, `x - x_zero` and `w - w_zero`: every product and every sum
+//! of up to 256 taps stays below 2^24, where f32 represents integers exactly, so the result is
+//! the exact integer sum. The bias is added in i32 afterwards.
+
+use crate::backend::{constant, shape, Registry};
+use crate::depthwise::DepthwiseKernel;
+use crate::qgemm::{requantize, Axis, Out, Packed, Product, QPath, Side, Source};
+use crate::Isa;
+use ferrolite_core::op::required;
+use ferrolite_core::ops::linalg::conv::ConvShapes;
+use ferrolite_core::ops::quant::QLinearConv;
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
+use rayon::prelude::*;
+
+/// A quantized operand's parameters as the kernels use them.
+#[derive(Clone, Debug)]
+pub(crate) struct QParams {
+    pub signed: bool,
+    pub scale: Vec<f32>,
+    pub zero: Vec<i32>,
+}
+
+/// The scale and zero point of inputs `s` and `z` (constants), for a tensor of `dtype`, with
+/// `len` values allowed besides one.
+pub(crate) fn qparams(
+    r: &ferrolite_core::plan::KernelRequest,
+    dtype: DType,
+    s: usize,
+    z: usize,
+    len: usize,
+) -> Result<QParams, String> {
+    let signed = match dtype {
+        DType::I8 => true,
+        DType::U8 => false,
+        d => return Err(format!("needs 8-bit integers, not {d}")),
+    };
+    let scale_t = constant(r, s).ok_or("needs constant scales")?;
+    if scale_t.dtype() != DType::F32 {
+        return Err("needs f32 scales".into());
+    }
+    let scale: Vec<f32> = scale_t
+        .as_slice::<f32>()
+        .map_err(|e| e.to_string())?
+        .to_vec();
+    let zero: Vec<i32> = match r.inputs.get(z).and_then(|i| i.as_ref()) {
+        None => vec![0],
+        Some(_) => {
+            let t = constant(r, z).ok_or("needs constant zero points")?;
+            if t.dtype() != dtype {
+                return Err(format!("needs {dtype} zero points"));
+            }
+            t.to_i64_vec().iter().map(|&v| v as i32).collect()
+        }
+    };
+    for n in [scale.len(), zero.len()] {
+        if n != 1 && n != len {
+            return Err(format!("needs 1 or {len} scales and zero points"));
+        }
+    }
+    Ok(QParams {
+        signed,
+        scale,
+        zero,
+    })
+}
+
+/// What flipping does to a zero point: the kernels see activations as u8 and weights as s8.
+fn flipped_zero(z: i32, signed: bool, want_signed: bool) -> i32 {
+    match (signed, want_signed) {
+        (true, false) => z + 128,
+        (false, true) => z - 128,
+        _ => z,
+    }
+}
+
+fn flip(signed: bool, want_signed: bool) -> u8 {
+    if signed == want_signed {
+        0
+    } else {
+        0x80
+    }
+}
+
+/// The output's requantization: `x_scale * w_scale[c] / y_scale` per channel, in f32 as the
+/// reference computes it.
+fn multipliers(x: &QParams, w: &QParams, y: &QParams, channels: usize) -> Vec<f32> {
+    (0..channels)
+        .map(|c| {
+            let ws = w.scale[if w.scale.len() == 1 { 0 } else { c }];
+            (x.scale[0] * ws) / y.scale[0]
+        })
+        .collect()
+}
+
+fn range(signed: bool) -> (i32, i32) {
+    if signed {
+        (-128, 127)
+    } else {
+        (0, 255)
+    }
+}
+
+#[derive(Debug)]
+enum Strategy {
+    /// Weights per group as GEMM rows.
+    Gemm {
+        groups: Vec<Packed>,
+        pointwise: bool,
+    },
+    /// The f32 depthwise kernel on integer values; the weights as integer-valued f32.
+    Depthwise {
+        kernel: Box<DepthwiseKernel>,
+        weights: Tensor,
+    },
+}
+
+#[derive(Debug)]
+pub struct QConvKernel {
+    path: QPath,
+    s: ConvShapes,
+    x_shape: Vec<usize>,
+    y_shape: Vec<usize>,
+    x: QParams,
+    y: QParams,
+    /// Zero point of the weights, per output channel, as the GEMM sees them (s8).
+    w_zero: Vec<i32>,
+    mult: Vec<f32>,
+    bias: Vec<i32>,
+    strategy: Strategy,
+}
+
+impl QConvKernel {
+    fn new(
+        isa: Isa,
+        c: &QLinearConv,
+        r: &ferrolite_core::plan::KernelRequest,
+    ) -> Result<Self, String> {
+        let info = |i: usize| {
+            r.inputs
+                .get(i)
+                .and_then(|v| v.as_ref())
+                .ok_or_else(|| format!("needs input {i}"))
+        };
+        let (xi, wi) = (info(0)?, info(3)?);
+        let s =
+            ConvShapes::new(&c.params, c.group, xi.shape, wi.shape).map_err(|e| e.to_string())?;
+        if s.geometry.input.len() != 2 {
+            return Err("needs a 2-D convolution".into());
+        }
+        let m = s.out_channels;
+        let x = qparams(r, xi.dtype, 1, 2, 1)?;
+        let w = qparams(r, wi.dtype, 4, 5, m)?;
+        let y_dtype = r
+            .inputs
+            .get(7)
+            .and_then(|v| v.as_ref())
+            .map_or(xi.dtype, |v| v.dtype);
+        let y = qparams(r, y_dtype, 6, 7, 1)?;
+        let w_val = constant(r, 3).ok_or("needs constant weights")?;
+        let bias = match shape(r, 8) {
+            None => vec![0; m],
+            Some(_) => {
+                let b = constant(r, 8).ok_or("needs a constant bias")?;
+                if b.numel() != m || b.dtype() != DType::I32 {
+                    return Err(format!("needs an i32 bias of {m} values"));
+                }
+                b.as_slice::<i32>().map_err(|e| e.to_string())?.to_vec()
+            }
+        };
+        let path = QPath::for_isa(isa);
+        let mult = multipliers(&x, &w, &y, m);
+        let w_bytes = w_val.bytes();
+        let k = wi.shape[1..].iter().product::<usize>();
+        let w_zero: Vec<i32> = (0..m)
+            .map(|c| {
+                flipped_zero(
+                    w.zero[if w.zero.len() == 1 { 0 } else { c }],
+                    w.signed,
+                    true,
+                )
+            })
+            .collect();
+        let g = &s.geometry;
+        let taps = g.kernel.iter().product::<usize>();
+        let depthwise = s.group == s.in_channels && s.group == m && s.group > 1 && taps < 256;
+        let strategy = if depthwise {
+            // Integer-valued f32 weights, w - w_zero.
+            let wf: Vec<f32> = w_bytes
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| {
+                    let v = if w.signed { b as i8 as i32 } else { b as i32 };
+                    let z = w.zero[if w.zero.len() == 1 { 0 } else { i / taps }];
+                    (v - z) as f32
+                })
+                .collect();
+            let weights = Tensor::from_vec(wi.shape, wf).map_err(|e| e.to_string())?;
+            let kernel = DepthwiseKernel::new(isa, &s, None, xi.shape, wi.shape, Some(&weights))
+                .ok_or("needs a depthwise shape the f32 depthwise kernel takes")?;
+            Strategy::Depthwise {
+                kernel: Box::new(kernel),
+                weights,
+            }
+        } else {
+            let mg = m / s.group;
+            let groups = (0..s.group)
+                .map(|gi| {
+                    Packed::new(
+                        path,
+                        Side::Rows,
+                        k,
+                        mg,
+                        Source {
+                            data: &w_bytes[gi * mg * k..],
+                            rs: k,
+                            cs: 1,
+                            flip: flip(w.signed, true),
+                            signed: true,
+                        },
+                    )
+                })
+                .collect::<OpResult<Vec<_>>>()
+                .map_err(|e| e.to_string())?;
+            let pointwise = g.kernel == [1, 1]
+                && g.strides == [1, 1]
+                && g.pad_begin == [0, 0]
+                && g.pad_end == [0, 0];
+            Strategy::Gemm { groups, pointwise }
+        };
+        Ok(QConvKernel {
+            path,
+            y_shape: s.output_shape(),
+            x_shape: xi.shape.to_vec(),
+            s,
+            x,
+            y,
+            w_zero,
+            mult,
+            bias,
+            strategy,
+        })
+    }
+
+    /// The `[C/group * kh * kw, oh * ow]` patch matrix of group `g`'s channels of one image,
+    /// out-of-image taps holding `pad` (the input's zero point, a real 0).
+    fn im2col(&self, x: &[u8], g: usize, pad: u8, buf: &mut Vec<u8>) {
+        let geo = &self.s.geometry;
+        let (ih, iw) = (geo.input[0], geo.input[1]);
+        let (oh, ow) = (geo.output[0], geo.output[1]);
+        let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
+        let (sh, sw) = (geo.strides[0], geo.strides[1]);
+        let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
+        let (ph, pw) = (geo.pad_begin[0], geo.pad_begin[1]);
+        let cg = self.s.in_channels / self.s.group;
+        let n = oh * ow;
+        buf.clear();
+        buf.resize(cg * kh * kw * n, pad);
+        let mut row = 0;
+        for c in g * cg..(g + 1) * cg {
+            let plane = &x[c * ih * iw..(c + 1) * ih * iw];
+            for ki in 0..kh {
+                for kj in 0..kw {
+                    let dst = &mut buf[row * n..(row + 1) * n];
+                    for oy in 0..oh {
+                        let iy = (oy * sh + ki * dh).wrapping_sub(ph);
+                        if iy >= ih {
+                            continue;
+                        }
+                        let src = &plane[iy * iw..(iy + 1) * iw];
+                        let out = &mut dst[oy * ow..(oy + 1) * ow];
+                        for (ox, o) in out.iter_mut().enumerate() {
+                            let ix = (ox * sw + kj * dw).wrapping_sub(pw);
+                            if ix < iw {
+                                *o = src[ix];
+                            }
+                        }
+                    }
+                    row += 1;
+                }
+            }
+        }
+    }
+
+    fn run_gemm(&self, groups: &[Packed], pointwise: bool, x: &[u8], y: &mut [u8]) -> OpResult<()> {
+        let s = &self.s;
+        let (in_plane, out_plane) = (
+            s.geometry.input.iter().product::<usize>(),
+            s.geometry.output.iter().product::<usize>(),
+        );
+        let (cg, mg) = (s.in_channels / s.group, s.out_channels / s.group);
+        let x_zero = flipped_zero(self.x.zero[0], self.x.signed, false);
+        let (lo, hi) = range(self.y.signed);
+        let mut buf = Vec::new();
+        for b in 0..s.batch {
+            let xb = &x[b * s.in_channels * in_plane..(b + 1) * s.in_channels * in_plane];
+            let yb = &mut y[b * s.out_channels * out_plane..(b + 1) * s.out_channels * out_plane];
+            for (g, rows) in groups.iter().enumerate() {
+                let k = rows.k();
+                let src = if pointwise {
+                    &xb[g * cg * in_plane..(g + 1) * cg * in_plane]
+                } else {
+                    self.im2col(xb, g, self.x.zero[0] as u8, &mut buf);
+                    &buf[..]
+                };
+                let panels = Packed::new(
+                    self.path,
+                    Side::Panels,
+                    k,
+                    out_plane,
+                    Source {
+                        data: src,
+                        rs: 1,
+                        cs: out_plane,
+                        flip: flip(self.x.signed, false),
+                        signed: false,
+                    },
+                )?;
+                let chans = g * mg..(g + 1) * mg;
+                Product {
+                    rows,
+                    panels: &panels,
+                    rows_zero: Axis::Rows(&self.w_zero[chans.clone()]),
+                    panels_zero: Axis::All(x_zero),
+                    bias: Some(Axis::Rows(&self.bias[chans.clone()])),
+                    ldc: out_plane,
+                }
+                .run(
+                    &mut Out::Quantized {
+                        data: &mut yb[chans.start * out_plane..chans.end * out_plane],
+                        signed: self.y.signed,
+                        scale: Axis::Rows(&self.mult[chans]),
+                        zero_point: self.y.zero[0],
+                        lo,
+                        hi,
+                    },
+                    true,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_depthwise(
+        &self,
+        kernel: &DepthwiseKernel,
+        weights: &Tensor,
+        x: &[u8],
+        y: &mut [u8],
+    ) -> OpResult<()> {
+        let xz = self.x.zero[0];
+        let signed = self.x.signed;
+        let xf: Vec<f32> = x
+            .iter()
+            .map(|&b| (if signed { b as i8 as i32 } else { b as i32 } - xz) as f32)
+            .collect();
+        let xt = Tensor::from_vec(&self.x_shape, xf)?;
+        let mut acc = [Tensor::zeros(DType::F32, &self.y_shape)?];
+        kernel.run(&[Some(&xt), Some(weights), None], &mut acc)?;
+        let acc = acc[0].as_slice::<f32>()?;
+        let plane: usize = self.y_shape[2..].iter().product();
+        let channels = self.s.out_channels;
+        let (lo, hi) = range(self.y.signed);
+        let (yz, ys) = (self.y.zero[0], self.y.signed);
+        let one = |(i, (out, a)): (usize, (&mut [u8], &[f32]))| {
+            let c = i % channels;
+            let (bias, mult) = (self.bias[c], self.mult[c]);
+            let vals: Vec<f32> = a.iter().map(|&v| (v as i32 + bias) as f32 * mult).collect();
+            requantize(&vals, yz, lo, hi, ys, out);
+        };
+        let pairs = y
+            .par_chunks_mut(plane.max(1))
+            .zip(acc.par_chunks(plane.max(1)));
+        pairs.enumerate().for_each(one);
+        Ok(())
+    }
+}
+
+impl Kernel for QConvKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?;
+        op_ensure!(
+            x.shape() == self.x_shape.as_slice(),
+            "input 0 has shape {:?}, the kernel was built for {:?}",
+            x.shape(),
+            self.x_shape
+        );
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        op_ensure!(
+            y.shape() == self.y_shape.as_slice(),
+            "output has shape {:?}, expected {:?}",
+            y.shape(),
+            self.y_shape
+        );
+        let xb = x.bytes();
+        let yb = y.bytes_mut();
+        match &self.strategy {
+            Strategy::Gemm { groups, pointwise } => self.run_gemm(groups, *pointwise, xb, yb),
+            Strategy::Depthwise { kernel, weights } => self.run_depthwise(kernel, weights, xb, yb),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self.strategy {
+            Strategy::Gemm { .. } => "cpu.qconv.gemm",
+            Strategy::Depthwise { .. } => "cpu.qconv.depthwise",
+        }
+    }
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<QLinearConv>(
+        "cpu.qconv",
+        "QLinearConv",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |c, r| QConvKernel::new(r.cx.isa, c, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
+}

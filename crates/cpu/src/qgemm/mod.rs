@@ -1,0 +1,521 @@
+//! The integer GEMM of the int8 kernels: `C[m, n] = sum_k R[m, k] * P[k, n]` over 8-bit
+//! operands accumulated in i32, zero points corrected afterwards, then requantized (or written
+//! as i32 or f32) in the epilogue.
+//!
+//! One operand is unsigned (activations) and the other signed (weights); any 8-bit tensor is
+//! brought to that form exactly by flipping its top bit and its zero point with it
+//! (`x - z == (x ^ 0x80) - (z ^ 0x80)` read with the other signedness), so the kernels only
+//! see u8 x s8. Which side is which depends on the op: a convolution broadcasts weight rows
+//! over activation columns (`R` = weights, s8), a MatMul broadcasts activation rows over weight
+//! columns (`R` = activations, u8).
+//!
+//! Operands are packed once per layout: `R` in blocks of `MR` rows, `P` in panels of `NR`
+//! columns, both with `k` grouped the way the path's instruction consumes it:
+//! - `Quad`: 4 consecutive `k` per row or column, as bytes (`vpdpbusd`, and the portable path);
+//! - `Pair`: 2 consecutive `k`, widened to i16 (AVX2's `vpmaddwd`). Widening first is what
+//!   keeps AVX2 exact: `vpmaddubsw` would add two u8 x s8 products in 16 bits, which saturates
+//!   (255 * -128 * 2 < -32768), the error onnxruntime's AVX2 path accepts.
+//!
+//! The padding of `k` to the group size is zero on both sides, so it adds nothing; the sums
+//! used by the zero-point corrections are over the real `k` only.
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::Isa;
+use ferrolite_core::{op_ensure, OpResult};
+use rayon::prelude::*;
+
+/// Which integer multiply-add instructions the GEMM uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QPath {
+    /// Plain Rust on the `Quad` layout.
+    Portable,
+    /// AVX2 `vpmaddwd` on i16 pairs (exact, no 16-bit saturation).
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512 VNNI `vpdpbusd` on byte quads, 512-bit.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
+}
+
+/// How `k` is grouped in packed operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Group {
+    Quad,
+    Pair,
+}
+
+impl QPath {
+    /// The path of a session's ISA: VNNI where the ISA is AVX-512 and the CPU has VNNI.
+    pub fn for_isa(isa: Isa) -> QPath {
+        match isa {
+            Isa::Portable => QPath::Portable,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => QPath::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                if std::arch::is_x86_feature_detected!("avx512vnni") {
+                    QPath::Avx512Vnni
+                } else {
+                    QPath::Avx2
+                }
+            }
+        }
+    }
+
+    /// Every path this CPU can run (the tests run each).
+    #[cfg(test)]
+    pub fn available() -> Vec<QPath> {
+        let mut v: Vec<QPath> = Isa::available().into_iter().map(QPath::for_isa).collect();
+        v.dedup();
+        v
+    }
+
+    /// (rows per block, columns per panel).
+    fn tile(self) -> (usize, usize) {
+        match self {
+            QPath::Portable => (4, 8),
+            #[cfg(target_arch = "x86_64")]
+            QPath::Avx2 => (x86::AVX2_MR, x86::AVX2_NR),
+            #[cfg(target_arch = "x86_64")]
+            QPath::Avx512Vnni => (x86::VNNI_MR, x86::VNNI_NR),
+        }
+    }
+
+    fn group(self) -> Group {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            QPath::Avx2 => Group::Pair,
+            _ => Group::Quad,
+        }
+    }
+}
+
+/// Largest `k`: beyond it, 255 * 128 * k could overflow the i32 accumulators.
+pub const MAX_K: usize = 1 << 16;
+
+/// Which side of the product an operand is packed for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// `R`: `MR` rows at a time, broadcast.
+    Rows,
+    /// `P`: `NR` columns at a time, loaded as vectors.
+    Panels,
+}
+
+/// An 8-bit operand in a path's packed layout, with its sums over `k` (for the zero-point
+/// corrections of the other side).
+#[derive(Clone, Debug)]
+pub struct Packed {
+    path: QPath,
+    side: Side,
+    /// Whether the stored bytes are read as i8 (weights) or u8 (activations).
+    signed: bool,
+    k: usize,
+    /// Rows (`Side::Rows`) or columns (`Side::Panels`).
+    len: usize,
+    bytes: Vec<u8>,
+    pairs: Vec<i16>,
+    /// Sum over `k` of each row or column, as stored.
+    pub sums: Vec<i32>,
+}
+
+/// An operand before packing: element `(i, kk)` (`i` over rows or columns) is
+/// `data[i * rs + kk * cs] ^ flip`, read as i8 when `signed`.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    pub data: &'a [u8],
+    pub rs: usize,
+    pub cs: usize,
+    pub flip: u8,
+    pub signed: bool,
+}
+
+impl Source<'_> {
+    fn value(&self, i: usize, kk: usize) -> i32 {
+        let b = self.data[i * self.rs + kk * self.cs] ^ self.flip;
+        if self.signed {
+            b as i8 as i32
+        } else {
+            b as i32
+        }
+    }
+}
+
+impl Packed {
+    /// Packs `len` rows or columns of depth `k` from `src`.
+    pub fn new(path: QPath, side: Side, k: usize, len: usize, src: Source) -> OpResult<Packed> {
+        op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
+        if len > 0 && k > 0 {
+            let last = (len - 1) * src.rs + (k - 1) * src.cs;
+            op_ensure!(
+                last < src.data.len(),
+                "operand of {len}x{k} reads past its {} bytes",
+                src.data.len()
+            );
+        }
+        let (mr, nr) = path.tile();
+        let block = if side == Side::Rows { mr } else { nr };
+        let blocks = len.div_ceil(block);
+        let g = match path.group() {
+            Group::Quad => 4,
+            Group::Pair => 2,
+        };
+        let kg = k.div_ceil(g);
+        let total = blocks * kg * block * g;
+        let mut sums = vec![0i32; len];
+        let (mut bytes, mut pairs) = (Vec::new(), Vec::new());
+        match path.group() {
+            Group::Quad => bytes.resize(total, 0u8),
+            Group::Pair => pairs.resize(total, 0i16),
+        }
+        for b in 0..blocks {
+            let base = b * kg * block * g;
+            for lane in 0..block.min(len - b * block) {
+                let i = b * block + lane;
+                let mut s = 0i32;
+                for kk in 0..k {
+                    let v = src.value(i, kk);
+                    s += v;
+                    let at = base + (kk / g) * block * g + lane * g + kk % g;
+                    match path.group() {
+                        Group::Quad => bytes[at] = v as u8,
+                        Group::Pair => pairs[at] = v as i16,
+                    }
+                }
+                sums[i] = s;
+            }
+        }
+        Ok(Packed {
+            path,
+            side,
+            signed: src.signed,
+            k,
+            len,
+            bytes,
+            pairs,
+            sums,
+        })
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Rows or columns.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// A per-row or per-column vector, or one value for all.
+#[derive(Clone, Copy, Debug)]
+pub enum Axis<'a, T> {
+    All(T),
+    Rows(&'a [T]),
+    Cols(&'a [T]),
+}
+
+impl<T: Copy> Axis<'_, T> {
+    fn at(&self, m: usize, n: usize) -> T {
+        match *self {
+            Axis::All(v) => v,
+            Axis::Rows(v) => v[m],
+            Axis::Cols(v) => v[n],
+        }
+    }
+}
+
+/// Where the corrected i32 results go.
+pub enum Out<'a> {
+    /// `clamp(round_half_even(v * scale) + zero_point, lo, hi)` as u8 or s8 (`lo`/`hi` give
+    /// the type's range, narrowed by a fused clamp).
+    Quantized {
+        data: &'a mut [u8],
+        signed: bool,
+        scale: Axis<'a, f32>,
+        zero_point: i32,
+        lo: i32,
+        hi: i32,
+    },
+    /// The i32 values (MatMulInteger, ConvInteger).
+    I32(&'a mut [i32]),
+    /// `v * scale + bias` (MatMulIntegerToFloat).
+    #[allow(dead_code)] // Its kernel comes with the com.microsoft ops.
+    F32 {
+        data: &'a mut [f32],
+        scale: Axis<'a, f32>,
+        bias: Option<Axis<'a, f32>>,
+    },
+}
+
+/// The product's description: the packed operands, their zero points (as stored, after any
+/// flip), an i32 bias added before the epilogue, and C's row stride.
+pub struct Product<'a> {
+    pub rows: &'a Packed,
+    pub panels: &'a Packed,
+    pub rows_zero: Axis<'a, i32>,
+    pub panels_zero: Axis<'a, i32>,
+    pub bias: Option<Axis<'a, i32>>,
+    pub ldc: usize,
+}
+
+/// A raw pointer that may cross rayon tasks; every task writes a disjoint set of C's elements.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: only used to write disjoint tiles of one output from rayon tasks.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl Product<'_> {
+    /// Computes C into `out` (`m x n` at row stride `ldc`), over the rayon threads when
+    /// `parallel`.
+    pub fn run(&self, out: &mut Out, parallel: bool) -> OpResult<()> {
+        let (r, p) = (self.rows, self.panels);
+        op_ensure!(
+            r.side == Side::Rows && p.side == Side::Panels && r.path == p.path && r.k == p.k,
+            "integer GEMM operands packed for different products"
+        );
+        op_ensure!(
+            r.signed != p.signed,
+            "integer GEMM needs one signed and one unsigned operand"
+        );
+        let (m, n, k) = (r.len, p.len, r.k);
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        let need = (m - 1) * self.ldc + n;
+        let have = match out {
+            Out::Quantized { data, .. } => data.len(),
+            Out::I32(d) => d.len(),
+            Out::F32 { data, .. } => data.len(),
+        };
+        op_ensure!(
+            self.ldc >= n && have >= need,
+            "integer GEMM output of {have} values is too small for {m}x{n} at stride {}",
+            self.ldc
+        );
+        let (mr, nr) = r.path.tile();
+        let (mb, nb) = (m.div_ceil(mr), n.div_ceil(nr));
+        // Column chunks of whole panels, about 64K multiply-adds per task at the least.
+        let threads = if parallel {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let work = m * n * k.max(1);
+        let tasks = if threads <= 1 || work < 1 << 18 {
+            1
+        } else {
+            (threads * 4).min(mb * nb)
+        };
+        // Split over columns first (activations are the big side of a convolution), then rows.
+        let ncols = nb.min(tasks);
+        let nrows = (tasks / ncols).clamp(1, mb);
+        let per_c = nb.div_ceil(ncols);
+        let per_r = mb.div_ceil(nrows);
+        let sink = Sink::new(out);
+        let task = |t: usize| {
+            let (tc, tr) = (t % ncols, t / ncols);
+            let mut tile = vec![0i32; mr * nr];
+            for jp in tc * per_c..((tc + 1) * per_c).min(nb) {
+                for ib in tr * per_r..((tr + 1) * per_r).min(mb) {
+                    self.tile(ib, jp, &mut tile);
+                    // SAFETY: tiles (ib, jp) are disjoint between tasks, and inside the
+                    // output (checked above).
+                    unsafe { self.epilogue(ib * mr, jp * nr, &tile, nr, sink) };
+                }
+            }
+        };
+        let total = ncols * nrows;
+        if total == 1 {
+            task(0);
+        } else {
+            (0..total).into_par_iter().for_each(task);
+        }
+        Ok(())
+    }
+
+    /// The raw i32 tile (rows block `ib`, panel `jp`), `mr x nr`, row stride `nr`.
+    fn tile(&self, ib: usize, jp: usize, tile: &mut [i32]) {
+        let (r, p) = (self.rows, self.panels);
+        let (mr, nr) = r.path.tile();
+        match r.path.group() {
+            Group::Quad => {
+                let kq = r.k.div_ceil(4);
+                let rb = &r.bytes[ib * kq * mr * 4..][..kq * mr * 4];
+                let pb = &p.bytes[jp * kq * nr * 4..][..kq * nr * 4];
+                match r.path {
+                    #[cfg(target_arch = "x86_64")]
+                    QPath::Avx512Vnni => x86::tile_vnni(rb, pb, kq, r.signed, tile),
+                    _ => tile_portable(rb, pb, kq, mr, nr, r.signed, tile),
+                }
+            }
+            Group::Pair => {
+                let kp = r.k.div_ceil(2);
+                let rb = &r.pairs[ib * kp * mr * 2..][..kp * mr * 2];
+                let pb = &p.pairs[jp * kp * nr * 2..][..kp * nr * 2];
+                #[cfg(target_arch = "x86_64")]
+                x86::tile_avx2(rb, pb, kp, tile);
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (rb, pb, kp, tile);
+            }
+        }
+    }
+
+    /// Corrects the tile's valid part and writes it at (`m0`, `n0`).
+    ///
+    /// # Safety
+    /// Those elements lie inside the output behind `sink`, and no other thread writes them
+    /// meanwhile.
+    unsafe fn epilogue(&self, m0: usize, n0: usize, tile: &[i32], nr: usize, sink: Sink) {
+        let (r, p) = (self.rows, self.panels);
+        let k = r.k as i32;
+        let rows = (r.len - m0).min(r.path.tile().0);
+        let cols = (p.len - n0).min(nr);
+        let mut acc = [0i32; 64];
+        let mut vals = [0f32; 64];
+        for i in 0..rows {
+            let m = m0 + i;
+            let off = m * self.ldc + n0;
+            for (j, a) in acc[..cols].iter_mut().enumerate() {
+                let n = n0 + j;
+                let (zr, zp) = (self.rows_zero.at(m, n), self.panels_zero.at(m, n));
+                let mut v = tile[i * nr + j] - zp * r.sums[m] - zr * p.sums[n] + k * zr * zp;
+                if let Some(b) = &self.bias {
+                    v += b.at(m, n);
+                }
+                *a = v;
+            }
+            let acc = &acc[..cols];
+            // SAFETY: (caller) elements m, n0..n0+cols are inside the output and this task's.
+            match sink {
+                Sink::I32(d) => {
+                    std::slice::from_raw_parts_mut(d.0.add(off), cols).copy_from_slice(acc);
+                }
+                Sink::F32 { ptr, scale, bias } => {
+                    let dst = std::slice::from_raw_parts_mut(ptr.0.add(off), cols);
+                    for (j, (d, &a)) in dst.iter_mut().zip(acc).enumerate() {
+                        let b = bias.as_ref().map_or(0.0, |b| b.at(m, n0 + j));
+                        *d = a as f32 * scale.at(m, n0 + j) + b;
+                    }
+                }
+                Sink::Quantized {
+                    ptr,
+                    signed,
+                    scale,
+                    zero_point,
+                    lo,
+                    hi,
+                } => {
+                    let vals = &mut vals[..cols];
+                    for (j, (v, &a)) in vals.iter_mut().zip(acc).enumerate() {
+                        *v = a as f32 * scale.at(m, n0 + j);
+                    }
+                    let dst = std::slice::from_raw_parts_mut(ptr.0.add(off), cols);
+                    requantize(vals, zero_point, lo, hi, signed, dst);
+                }
+            }
+        }
+    }
+}
+
+/// `out = clamp(round_half_even(v) + zero_point, lo, hi)`, stored as u8 or as i8's bytes.
+pub fn requantize(v: &[f32], zero_point: i32, lo: i32, hi: i32, signed: bool, out: &mut [u8]) {
+    // Adding and removing 1.5 * 2^23 rounds half to even in the default rounding mode, for
+    // |v| < 2^22; larger values saturate anyway, so they are clamped first.
+    const MAGIC: f32 = 12_582_912.0;
+    for (o, &x) in out.iter_mut().zip(v) {
+        let r = (x.clamp(-4_000_000.0, 4_000_000.0) + MAGIC) - MAGIC;
+        let q = (r as i32 + zero_point).clamp(lo, hi);
+        *o = if signed { q as i8 as u8 } else { q as u8 };
+    }
+}
+
+/// [`Out`] as raw destination pointers, shared by the rayon tasks of one `run` (which holds
+/// the `Out` borrowed mutably throughout); every task writes its own tiles only.
+#[derive(Clone, Copy)]
+enum Sink<'a> {
+    Quantized {
+        ptr: SendPtr<u8>,
+        signed: bool,
+        scale: Axis<'a, f32>,
+        zero_point: i32,
+        lo: i32,
+        hi: i32,
+    },
+    I32(SendPtr<i32>),
+    F32 {
+        ptr: SendPtr<f32>,
+        scale: Axis<'a, f32>,
+        bias: Option<Axis<'a, f32>>,
+    },
+}
+
+impl<'a> Sink<'a> {
+    fn new(out: &'a mut Out) -> Sink<'a> {
+        match out {
+            Out::Quantized {
+                data,
+                signed,
+                scale,
+                zero_point,
+                lo,
+                hi,
+            } => Sink::Quantized {
+                ptr: SendPtr(data.as_mut_ptr()),
+                signed: *signed,
+                scale: *scale,
+                zero_point: *zero_point,
+                lo: *lo,
+                hi: *hi,
+            },
+            Out::I32(d) => Sink::I32(SendPtr(d.as_mut_ptr())),
+            Out::F32 { data, scale, bias } => Sink::F32 {
+                ptr: SendPtr(data.as_mut_ptr()),
+                scale: *scale,
+                bias: *bias,
+            },
+        }
+    }
+}
+
+/// The portable tile on the `Quad` layout.
+fn tile_portable(
+    rows: &[u8],
+    panel: &[u8],
+    kq: usize,
+    mr: usize,
+    nr: usize,
+    rows_signed: bool,
+    tile: &mut [i32],
+) {
+    tile.fill(0);
+    let val = |b: u8, signed: bool| if signed { b as i8 as i32 } else { b as i32 };
+    for q in 0..kq {
+        let rq = &rows[q * mr * 4..][..mr * 4];
+        let pq = &panel[q * nr * 4..][..nr * 4];
+        for i in 0..mr {
+            let a = &rq[i * 4..i * 4 + 4];
+            let a = [
+                val(a[0], rows_signed),
+                val(a[1], rows_signed),
+                val(a[2], rows_signed),
+                val(a[3], rows_signed),
+            ];
+            let t = &mut tile[i * nr..(i + 1) * nr];
+            for (j, c) in t.iter_mut().enumerate() {
+                let b = &pq[j * 4..j * 4 + 4];
+                *c += a[0] * val(b[0], !rows_signed)
+                    + a[1] * val(b[1], !rows_signed)
+                    + a[2] * val(b[2], !rows_signed)
+                    + a[3] * val(b[3], !rows_signed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,86 @@
+//! The x86 integer tiles: AVX2 `vpmaddwd` on i16 pairs and AVX-512 VNNI `vpdpbusd` on byte
+//! quads. Each computes a whole `MR x NR` tile over all of `k` in registers.
+
+use std::arch::x86_64::*;
+
+pub const AVX2_MR: usize = 6;
+pub const AVX2_NR: usize = 16;
+pub const VNNI_MR: usize = 8;
+pub const VNNI_NR: usize = 32;
+
+/// AVX2 tile: `rows` is `[kp][6][2]` i16, `panel` `[kp][16][2]` i16.
+pub fn tile_avx2(rows: &[i16], panel: &[i16], kp: usize, tile: &mut [i32]) {
+    assert!(rows.len() >= kp * AVX2_MR * 2 && panel.len() >= kp * AVX2_NR * 2);
+    assert!(tile.len() >= AVX2_MR * AVX2_NR);
+    // SAFETY: the QPath::Avx2 path exists only on CPUs with AVX2 (`QPath::for_isa`); the
+    // lengths were checked above.
+    unsafe { tile_avx2_impl(rows.as_ptr(), panel.as_ptr(), kp, tile.as_mut_ptr()) }
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn tile_avx2_impl(rows: *const i16, panel: *const i16, kp: usize, tile: *mut i32) {
+    let mut acc = [[_mm256_setzero_si256(); 2]; AVX2_MR];
+    for p in 0..kp {
+        let pp = panel.add(p * AVX2_NR * 2);
+        let b0 = _mm256_loadu_si256(pp as *const __m256i);
+        let b1 = _mm256_loadu_si256(pp.add(16) as *const __m256i);
+        let rp = rows.add(p * AVX2_MR * 2);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // One (k, k+1) pair of row r, in both halves of every 32-bit lane.
+            let a = _mm256_set1_epi32((rp.add(r * 2) as *const i32).read_unaligned());
+            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(a, b0));
+            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(a, b1));
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        _mm256_storeu_si256(tile.add(r * AVX2_NR) as *mut __m256i, acc[0]);
+        _mm256_storeu_si256(tile.add(r * AVX2_NR + 8) as *mut __m256i, acc[1]);
+    }
+}
+
+/// AVX-512 VNNI tile: `rows` is `[kq][8][4]` bytes, `panel` `[kq][32][4]` bytes; the rows are
+/// the signed side when `rows_signed`, else the panel is.
+pub fn tile_vnni(rows: &[u8], panel: &[u8], kq: usize, rows_signed: bool, tile: &mut [i32]) {
+    assert!(rows.len() >= kq * VNNI_MR * 4 && panel.len() >= kq * VNNI_NR * 4);
+    assert!(tile.len() >= VNNI_MR * VNNI_NR);
+    // SAFETY: QPath::Avx512Vnni exists only on CPUs with AVX-512 F/BW/VL and VNNI
+    // (`QPath::for_isa`); the lengths were checked above.
+    unsafe {
+        if rows_signed {
+            tile_vnni_impl::<true>(rows.as_ptr(), panel.as_ptr(), kq, tile.as_mut_ptr())
+        } else {
+            tile_vnni_impl::<false>(rows.as_ptr(), panel.as_ptr(), kq, tile.as_mut_ptr())
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni_impl<const ROWS_SIGNED: bool>(
+    rows: *const u8,
+    panel: *const u8,
+    kq: usize,
+    tile: *mut i32,
+) {
+    let mut acc = [[_mm512_setzero_si512(); 2]; VNNI_MR];
+    for q in 0..kq {
+        let pp = panel.add(q * VNNI_NR * 4);
+        let b0 = _mm512_loadu_si512(pp as *const __m512i);
+        let b1 = _mm512_loadu_si512(pp.add(64) as *const __m512i);
+        let rp = rows.add(q * VNNI_MR * 4);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let a = _mm512_set1_epi32((rp.add(r * 4) as *const i32).read_unaligned());
+            // vpdpbusd multiplies its first source's unsigned bytes by the second's signed ones.
+            if ROWS_SIGNED {
+                acc[0] = _mm512_dpbusd_epi32(acc[0], b0, a);
+                acc[1] = _mm512_dpbusd_epi32(acc[1], b1, a);
+            } else {
+                acc[0] = _mm512_dpbusd_epi32(acc[0], a, b0);
+                acc[1] = _mm512_dpbusd_epi32(acc[1], a, b1);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        _mm512_storeu_si512(tile.add(r * VNNI_NR) as *mut __m512i, acc[0]);
+        _mm512_storeu_si512(tile.add(r * VNNI_NR + 16) as *mut __m512i, acc[1]);
+    }
+}

@@ -1,0 +1,313 @@
+//! The integer kernels against the core reference (the float simulation of the ONNX
+//! definitions) over many shapes, scales and zero points, with the extremes of each type.
+
+use crate::tests::pool;
+use crate::testutil::kernel_for;
+use crate::{CpuBackend, Isa};
+use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
+use ferrolite_core::ops::quant::QLinearConv;
+use ferrolite_core::{DType, Op, Tensor};
+use std::sync::Arc;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) as u32
+    }
+
+    /// 8-bit values, a quarter of them at the type's extremes.
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| match self.next() % 8 {
+                0 => 0,
+                1 => 255,
+                2 => 0x80,
+                3 => 0x7f,
+                _ => self.next() as u8,
+            })
+            .collect()
+    }
+
+    fn q8(&mut self, dtype: DType, shape: &[usize]) -> Tensor {
+        let n = shape.iter().product();
+        Tensor::from_bytes(dtype, shape, &self.bytes(n)).unwrap()
+    }
+}
+
+fn scalar(dtype: DType, v: i64) -> Tensor {
+    match dtype {
+        DType::I8 => Tensor::scalar(v as i8),
+        _ => Tensor::scalar(v as u8),
+    }
+}
+
+/// Runs the kernel under every ISA and compares with the reference: equal, or one step apart
+/// where `acc * multiplier` lands within f32 rounding of a half (the reference multiplies in
+/// f64).
+fn check_q(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
+    let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
+    let want = op.eval(&refs).unwrap().remove(0);
+    let mut names = Vec::new();
+    for isa in Isa::available() {
+        let (kernel, outputs) = kernel_for(&CpuBackend::new(isa), &op, inputs, constant);
+        let mut outs = vec![Tensor::full(outputs[0].dtype, &outputs[0].shape, 7.0).unwrap()];
+        kernel.run(&refs, &mut outs).unwrap();
+        let (g, w) = (outs[0].to_i64_vec(), want.to_i64_vec());
+        assert_eq!(g.len(), w.len());
+        let off: Vec<usize> = (0..g.len()).filter(|&i| g[i] != w[i]).collect();
+        for &i in &off {
+            assert!(
+                (g[i] - w[i]).abs() <= 1,
+                "{isa:?} {op:?}: element {i}: {} vs {}",
+                g[i],
+                w[i]
+            );
+        }
+        assert!(
+            off.len() * 1000 <= g.len().max(1000),
+            "{isa:?} {op:?}: {} of {} differ",
+            off.len(),
+            g.len()
+        );
+        names.push(kernel.name().to_string());
+    }
+    names[0].clone()
+}
+
+struct Case {
+    x: &'static [usize],
+    w: &'static [usize],
+    group: usize,
+    strides: &'static [usize],
+    pads: &'static [usize],
+    dilations: &'static [usize],
+}
+
+const fn case(x: &'static [usize], w: &'static [usize]) -> Case {
+    Case {
+        x,
+        w,
+        group: 1,
+        strides: &[1, 1],
+        pads: &[0, 0, 0, 0],
+        dilations: &[1, 1],
+    }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        case(&[1, 1, 1, 1], &[1, 1, 1, 1]),
+        case(&[1, 5, 7, 9], &[3, 5, 1, 1]),
+        case(&[2, 16, 6, 6], &[40, 16, 1, 1]),
+        Case {
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 3, 9, 11], &[8, 3, 3, 3])
+        },
+        Case {
+            strides: &[2, 2],
+            pads: &[3, 3, 3, 3],
+            ..case(&[1, 3, 20, 20], &[16, 3, 7, 7])
+        },
+        Case {
+            strides: &[2, 2],
+            ..case(&[1, 24, 9, 9], &[33, 24, 1, 1])
+        },
+        Case {
+            pads: &[1, 0, 2, 1],
+            dilations: &[2, 1],
+            ..case(&[1, 4, 8, 10], &[5, 4, 3, 2])
+        },
+        Case {
+            group: 2,
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 8, 6, 6], &[6, 4, 3, 3])
+        },
+        Case {
+            group: 8,
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 8, 10, 10], &[8, 1, 3, 3])
+        },
+        Case {
+            group: 12,
+            strides: &[2, 2],
+            pads: &[1, 1, 1, 1],
+            ..case(&[2, 12, 15, 15], &[12, 1, 3, 3])
+        },
+        Case {
+            group: 6,
+            pads: &[2, 2, 2, 2],
+            ..case(&[1, 6, 9, 40], &[6, 1, 5, 5])
+        },
+        Case {
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 64, 14, 14], &[70, 64, 3, 3])
+        },
+    ]
+}
+
+fn op(c: &Case) -> Arc<dyn Op> {
+    Arc::new(QLinearConv {
+        params: ConvParams {
+            kernel_shape: None,
+            strides: Some(c.strides.to_vec()),
+            dilations: Some(c.dilations.to_vec()),
+            pads: Some(c.pads.to_vec()),
+            auto_pad: AutoPad::NotSet,
+        },
+        group: c.group,
+    })
+}
+
+#[test]
+fn qlinear_conv_matches_reference() {
+    let mut rng = Rng(3);
+    let mut names = Vec::new();
+    for threads in [1, 3] {
+        pool(threads).install(|| {
+            for (ci, c) in cases().iter().enumerate() {
+                for (xd, wd, yd) in [
+                    (DType::U8, DType::I8, DType::U8),
+                    (DType::I8, DType::I8, DType::I8),
+                    (DType::U8, DType::U8, DType::I8),
+                ] {
+                    let m = c.w[0];
+                    let x = rng.q8(xd, c.x);
+                    let w = rng.q8(wd, c.w);
+                    let k: usize = c.w[1..].iter().product();
+                    // Scales so that outputs spread over the whole range, saturating some.
+                    let x_scale = 0.02f32;
+                    let w_scale: Vec<f32> = (0..m).map(|i| 0.01 + 0.003 * (i % 7) as f32).collect();
+                    let y_scale = x_scale * 0.01 * (k as f32).sqrt() * 60.0;
+                    let xz = if ci % 2 == 0 {
+                        [0, 255][ci % 4 / 2]
+                    } else {
+                        100
+                    };
+                    let xz = if xd == DType::I8 { xz - 128 } else { xz };
+                    let wz: i64 = if wd == DType::I8 {
+                        [0, -128, 127][ci % 3]
+                    } else {
+                        [0, 255, 128][ci % 3]
+                    };
+                    let yz = if yd == DType::I8 { -3 } else { 131 };
+                    let bias: Vec<i32> = (0..m as i32).map(|i| (i - 3) * 997).collect();
+                    let per_channel_zero = ci % 2 == 1;
+                    let wz_t = if per_channel_zero {
+                        let v: Vec<i64> =
+                            (0..m as i64).map(|i| wz - (i % 3) * wz.signum()).collect();
+                        let t = Tensor::from_vec(&[m], v).unwrap();
+                        t.cast(wd).unwrap()
+                    } else {
+                        scalar(wd, wz)
+                    };
+                    let ins = vec![
+                        Some(x),
+                        Some(Tensor::scalar(x_scale)),
+                        Some(scalar(xd, xz)),
+                        Some(w),
+                        Some(Tensor::from_vec(&[m], w_scale).unwrap()),
+                        Some(wz_t),
+                        Some(Tensor::scalar(y_scale)),
+                        Some(scalar(yd, yz)),
+                        (ci % 3 != 2).then(|| Tensor::from_vec(&[m], bias).unwrap()),
+                    ];
+                    let constant = [false, true, true, true, true, true, true, true, true];
+                    names.push(check_q(op(c), &ins, &constant));
+                }
+            }
+        });
+    }
+    assert!(names.iter().any(|n| n == "cpu.qconv.gemm"));
+    assert!(names.iter().any(|n| n == "cpu.qconv.depthwise"));
+}
+
+#[test]
+fn qlinear_matmul_and_matmul_integer_match_reference() {
+    use ferrolite_core::ops::linalg::matmul::MatMulInteger;
+    use ferrolite_core::ops::quant::QLinearMatMul;
+    let mut rng = Rng(9);
+    let mut names = Vec::new();
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            let shapes: [(&[usize], usize); 6] = [
+                (&[1, 1], 1),
+                (&[3, 7], 5),
+                (&[2, 9, 33], 40),
+                (&[1, 128, 256], 64),
+                (&[17, 64], 1000),
+                (&[2, 3, 5, 31], 17),
+            ];
+            for (si, &(a_shape, n)) in shapes.iter().enumerate() {
+                let k = *a_shape.last().unwrap();
+                for (ad, bd) in [
+                    (DType::U8, DType::I8),
+                    (DType::I8, DType::I8),
+                    (DType::U8, DType::U8),
+                ] {
+                    let a = rng.q8(ad, a_shape);
+                    let b = rng.q8(bd, &[k, n]);
+                    let az: i64 = if ad == DType::U8 {
+                        [0, 255, 131][si % 3]
+                    } else {
+                        [-128, 127, 5][si % 3]
+                    };
+                    let bz: Tensor = if si % 2 == 0 {
+                        scalar(bd, if bd == DType::U8 { 128 } else { 0 })
+                    } else {
+                        let v: Vec<i64> = (0..n as i64)
+                            .map(|j| {
+                                if bd == DType::U8 {
+                                    120 + j % 9
+                                } else {
+                                    j % 5 - 2
+                                }
+                            })
+                            .collect();
+                        Tensor::from_vec(&[n], v).unwrap().cast(bd).unwrap()
+                    };
+                    let ins = vec![
+                        Some(a.clone()),
+                        Some(b.clone()),
+                        Some(scalar(ad, az)),
+                        Some(bz.clone()),
+                    ];
+                    names.push(check_q(
+                        Arc::new(MatMulInteger),
+                        &ins,
+                        &[false, true, true, true],
+                    ));
+                    // The reference wraps out-of-range results; scales that keep them in range.
+                    let b_scale = if si % 2 == 0 {
+                        Tensor::scalar(0.01f32)
+                    } else {
+                        Tensor::from_vec(
+                            &[n],
+                            (0..n).map(|j| 0.01 + 0.001 * (j % 4) as f32).collect(),
+                        )
+                        .unwrap()
+                    };
+                    let y_scale = 0.02 * 0.014 * 255.0 * 128.0 * (k as f32) / 120.0;
+                    let ins = vec![
+                        Some(a),
+                        Some(Tensor::scalar(0.02f32)),
+                        Some(scalar(ad, az)),
+                        Some(b),
+                        Some(b_scale),
+                        Some(bz),
+                        Some(Tensor::scalar(y_scale)),
+                        Some(scalar(ad, if ad == DType::U8 { 128 } else { 0 })),
+                    ];
+                    let constant = [false, true, true, true, true, true, true, true];
+                    names.push(check_q(Arc::new(QLinearMatMul), &ins, &constant));
+                }
+            }
+        });
+    }
+    assert!(names.iter().any(|n| n == "cpu.qmatmul"));
+    assert!(names.iter().any(|n| n == "cpu.matmul_integer"));
+}
