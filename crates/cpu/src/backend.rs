@@ -50,6 +50,7 @@ pub fn registry() -> &'static Kernels<CpuContext> {
         crate::nchwc::register(&mut r);
         crate::qconv::register(&mut r);
         crate::qmatmul::register(&mut r);
+        crate::qelementwise::register(&mut r);
         r
     })
 }

@@ -23,6 +23,7 @@ mod nchwc;
 mod norm;
 mod pool;
 mod qconv;
+mod qelementwise;
 pub(crate) mod qgemm;
 mod qmatmul;
 mod reduce;

@@ -97,16 +97,16 @@ fn averages(p: &Pool) -> Option<bool> {
 
 /// Per output index along one axis: the valid tap range and the window sizes to divide by.
 #[derive(Debug)]
-struct AxisPlan {
+pub(crate) struct AxisPlan {
     /// Taps k in [lo, hi) land inside the input.
-    lo: Vec<usize>,
-    hi: Vec<usize>,
+    pub(crate) lo: Vec<usize>,
+    pub(crate) hi: Vec<usize>,
     /// Taps before the end padding (count_include_pad's count).
     padded: Vec<usize>,
 }
 
 impl AxisPlan {
-    fn new(g: &AxisGeometry) -> AxisPlan {
+    pub(crate) fn new(g: &AxisGeometry) -> AxisPlan {
         let (mut lo, mut hi, mut padded) = (Vec::new(), Vec::new(), Vec::new());
         for o in 0..g.output {
             let inside = |k: usize| {

@@ -269,17 +269,23 @@ impl QConvKernel {
             for ki in 0..kh {
                 for kj in 0..kw {
                     let dst = &mut buf[row * n..(row + 1) * n];
+                    // Output columns whose tap lands inside the row: ox in [lo, hi).
+                    let off = kj * dw;
+                    let lo = pw.saturating_sub(off).div_ceil(sw).min(ow);
+                    let hi = (iw + pw).saturating_sub(off).div_ceil(sw).clamp(lo, ow);
                     for oy in 0..oh {
                         let iy = (oy * sh + ki * dh).wrapping_sub(ph);
-                        if iy >= ih {
+                        if iy >= ih || lo == hi {
                             continue;
                         }
                         let src = &plane[iy * iw..(iy + 1) * iw];
-                        let out = &mut dst[oy * ow..(oy + 1) * ow];
-                        for (ox, o) in out.iter_mut().enumerate() {
-                            let ix = (ox * sw + kj * dw).wrapping_sub(pw);
-                            if ix < iw {
-                                *o = src[ix];
+                        let out = &mut dst[oy * ow + lo..oy * ow + hi];
+                        let first = lo * sw + off - pw;
+                        if sw == 1 {
+                            out.copy_from_slice(&src[first..first + out.len()]);
+                        } else {
+                            for (o, &v) in out.iter_mut().zip(src[first..].iter().step_by(sw)) {
+                                *o = v;
                             }
                         }
                     }
@@ -310,18 +316,14 @@ impl QConvKernel {
                     self.im2col(xb, g, self.x.zero[0] as u8, &mut buf);
                     &buf[..]
                 };
-                let panels = Packed::new(
+                let panels = Packed::activation_panels(
                     self.path,
-                    Side::Panels,
+                    src,
                     k,
                     out_plane,
-                    Source {
-                        data: src,
-                        rs: 1,
-                        cs: out_plane,
-                        flip: flip(self.x.signed, false),
-                        signed: false,
-                    },
+                    out_plane,
+                    flip(self.x.signed, false),
+                    self.w_zero.iter().any(|&z| z != 0),
                 )?;
                 let chans = g * mg..(g + 1) * mg;
                 Product {

@@ -15,6 +15,7 @@ mod fuse_layer_norm;
 mod fuse_matmul_add;
 mod fuse_scale_shift;
 pub mod partition;
+mod quantize;
 mod remove_neutral;
 pub mod rewrite;
 #[doc(hidden)]
@@ -31,6 +32,7 @@ pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
 pub use fuse_scale_shift::FuseScaleShift;
 pub use partition::{Partition, PartitionOptions, PartitionReport};
+pub use quantize::Quantize;
 pub use remove_neutral::RemoveNeutral;
 
 use crate::infer::infer_graph;
@@ -121,6 +123,7 @@ impl Pass for DeadCode {
 pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(RemoveIdentity),
+        Box::new(Quantize),
         Box::new(DeadCode),
         Box::new(RemoveNeutral),
         Box::new(FoldConvBatchNorm),

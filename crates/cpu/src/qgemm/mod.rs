@@ -132,17 +132,6 @@ pub struct Source<'a> {
     pub signed: bool,
 }
 
-impl Source<'_> {
-    fn value(&self, i: usize, kk: usize) -> i32 {
-        let b = self.data[i * self.rs + kk * self.cs] ^ self.flip;
-        if self.signed {
-            b as i8 as i32
-        } else {
-            b as i32
-        }
-    }
-}
-
 impl Packed {
     /// Packs `len` rows or columns of depth `k` from `src`.
     pub fn new(path: QPath, side: Side, k: usize, len: usize, src: Source) -> OpResult<Packed> {
@@ -170,21 +159,46 @@ impl Packed {
             Group::Quad => bytes.resize(total, 0u8),
             Group::Pair => pairs.resize(total, 0i16),
         }
+        let read = |b: u8| -> i32 {
+            let b = b ^ src.flip;
+            if src.signed {
+                b as i8 as i32
+            } else {
+                b as i32
+            }
+        };
         for b in 0..blocks {
             let base = b * kg * block * g;
-            for lane in 0..block.min(len - b * block) {
-                let i = b * block + lane;
-                let mut s = 0i32;
+            let lanes = block.min(len - b * block);
+            let first = b * block;
+            let mut store = |lane: usize, kk: usize, v: i32| {
+                let at = base + (kk / g) * block * g + lane * g + kk % g;
+                match path.group() {
+                    Group::Quad => bytes[at] = v as u8,
+                    Group::Pair => pairs[at] = v as i16,
+                }
+            };
+            if src.cs == 1 || k == 1 {
+                // Each row or column is contiguous over k.
+                for lane in 0..lanes {
+                    let line = &src.data[(first + lane) * src.rs..][..k];
+                    let mut s = 0i32;
+                    for (kk, &x) in line.iter().enumerate() {
+                        let v = read(x);
+                        s += v;
+                        store(lane, kk, v);
+                    }
+                    sums[first + lane] = s;
+                }
+            } else {
+                // Consecutive rows or columns are contiguous for each k (rs == 1, typically).
                 for kk in 0..k {
-                    let v = src.value(i, kk);
-                    s += v;
-                    let at = base + (kk / g) * block * g + lane * g + kk % g;
-                    match path.group() {
-                        Group::Quad => bytes[at] = v as u8,
-                        Group::Pair => pairs[at] = v as i16,
+                    for lane in 0..lanes {
+                        let v = read(src.data[(first + lane) * src.rs + kk * src.cs]);
+                        sums[first + lane] += v;
+                        store(lane, kk, v);
                     }
                 }
-                sums[i] = s;
             }
         }
         Ok(Packed {
@@ -201,6 +215,82 @@ impl Packed {
 
     pub fn k(&self) -> usize {
         self.k
+    }
+
+    /// Packs the columns of a row-major `[k, n]` matrix (row stride `ld`) as unsigned panels:
+    /// the per-run packing of activations, so it interleaves whole rows at a time, and skips
+    /// the column sums unless `sums` (they are needed only against weights with non-zero zero
+    /// points).
+    pub fn activation_panels(
+        path: QPath,
+        src: &[u8],
+        k: usize,
+        n: usize,
+        ld: usize,
+        flip: u8,
+        sums: bool,
+    ) -> OpResult<Packed> {
+        op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
+        op_ensure!(
+            ld >= n && (k == 0 || n == 0 || (k - 1) * ld + n <= src.len()),
+            "operand of {k}x{n} at stride {ld} reads past its {} bytes",
+            src.len()
+        );
+        let nr = path.tile().1;
+        let panels = n.div_ceil(nr);
+        let row = |kk: usize| &src[kk * ld..kk * ld + n];
+        let (mut bytes, mut pairs) = (Vec::new(), Vec::new());
+        match path.group() {
+            Group::Quad => {
+                let kq = k.div_ceil(4);
+                bytes.resize(panels * kq * nr * 4, 0u8);
+                let pad = vec![flip; n];
+                for q in 0..kq {
+                    let rows: [&[u8]; 4] =
+                        std::array::from_fn(|t| if 4 * q + t < k { row(4 * q + t) } else { &pad });
+                    for jp in 0..panels {
+                        let dst = &mut bytes[(jp * kq + q) * nr * 4..][..nr * 4];
+                        let lanes = nr.min(n - jp * nr);
+                        let r = rows.map(|r| &r[jp * nr..jp * nr + lanes]);
+                        interleave4(r, flip, &mut dst[..lanes * 4]);
+                    }
+                }
+            }
+            Group::Pair => {
+                let kp = k.div_ceil(2);
+                pairs.resize(panels * kp * nr * 2, 0i16);
+                for q in 0..kp {
+                    let r0 = row(2 * q);
+                    let r1 = (2 * q + 1 < k).then(|| row(2 * q + 1));
+                    for jp in 0..panels {
+                        let dst = &mut pairs[(jp * kp + q) * nr * 2..][..nr * 2];
+                        let lanes = nr.min(n - jp * nr);
+                        for (l, d) in dst.chunks_exact_mut(2).take(lanes).enumerate() {
+                            d[0] = (r0[jp * nr + l] ^ flip) as i16;
+                            d[1] = r1.map_or(0, |r| (r[jp * nr + l] ^ flip) as i16);
+                        }
+                    }
+                }
+            }
+        }
+        let mut col_sums = vec![0i32; if sums { n } else { 0 }];
+        if sums {
+            for kk in 0..k {
+                for (s, &b) in col_sums.iter_mut().zip(row(kk)) {
+                    *s += (b ^ flip) as i32;
+                }
+            }
+        }
+        Ok(Packed {
+            path,
+            side: Side::Panels,
+            signed: false,
+            k,
+            len: n,
+            bytes,
+            pairs,
+            sums: col_sums,
+        })
     }
 
     /// Rows or columns.
@@ -281,6 +371,19 @@ impl Product<'_> {
         op_ensure!(
             r.signed != p.signed,
             "integer GEMM needs one signed and one unsigned operand"
+        );
+        op_ensure!(
+            !matches!(self.rows_zero, Axis::Cols(_)) && !matches!(self.panels_zero, Axis::Rows(_)),
+            "integer GEMM zero points go per row of R and per column of P"
+        );
+        let rows_zero_used = match self.rows_zero {
+            Axis::All(z) => z != 0,
+            Axis::Rows(z) => z.iter().any(|&z| z != 0),
+            Axis::Cols(_) => true,
+        };
+        op_ensure!(
+            !rows_zero_used || p.sums.len() == p.len,
+            "integer GEMM panels packed without the column sums their zero points need"
         );
         let (m, n, k) = (r.len, p.len, r.k);
         if m == 0 || n == 0 {
@@ -377,17 +480,52 @@ impl Product<'_> {
         let cols = (p.len - n0).min(nr);
         let mut acc = [0i32; 64];
         let mut vals = [0f32; 64];
+        // Present whenever a row zero point is not zero (checked in `run`).
+        let csum = p.sums.get(n0..n0 + cols).unwrap_or(&[]);
         for i in 0..rows {
             let m = m0 + i;
             let off = m * self.ldc + n0;
-            for (j, a) in acc[..cols].iter_mut().enumerate() {
-                let n = n0 + j;
-                let (zr, zp) = (self.rows_zero.at(m, n), self.panels_zero.at(m, n));
-                let mut v = tile[i * nr + j] - zp * r.sums[m] - zr * p.sums[n] + k * zr * zp;
-                if let Some(b) = &self.bias {
-                    v += b.at(m, n);
+            let acc = &mut acc[..cols];
+            acc.copy_from_slice(&tile[i * nr..i * nr + cols]);
+            // The zero-point corrections: - zp[n] * rowsum[m] - zr[m] * colsum[n] + k zr zp,
+            // with the terms constant along the row added once.
+            let zr = match self.rows_zero {
+                Axis::All(v) => v,
+                Axis::Rows(v) => v[m],
+                Axis::Cols(_) => unreachable!("checked in run"),
+            };
+            let rsum = r.sums[m];
+            let mut row_const = 0i32;
+            match self.panels_zero {
+                Axis::Cols(zp) => {
+                    for ((a, &z), &c) in acc.iter_mut().zip(&zp[n0..n0 + cols]).zip(csum) {
+                        *a += -z * rsum - zr * c + k * zr * z;
+                    }
                 }
-                *a = v;
+                Axis::All(z) => {
+                    row_const += -z * rsum + k * zr * z;
+                    if zr != 0 {
+                        for (a, &c) in acc.iter_mut().zip(csum) {
+                            *a -= zr * c;
+                        }
+                    }
+                }
+                Axis::Rows(_) => unreachable!("checked in run"),
+            }
+            match self.bias {
+                Some(Axis::All(b)) => row_const += b,
+                Some(Axis::Rows(b)) => row_const += b[m],
+                Some(Axis::Cols(b)) => {
+                    for (a, &b) in acc.iter_mut().zip(&b[n0..n0 + cols]) {
+                        *a += b;
+                    }
+                }
+                None => {}
+            }
+            if row_const != 0 {
+                for a in acc.iter_mut() {
+                    *a += row_const;
+                }
             }
             let acc = &acc[..cols];
             // SAFETY: (caller) elements m, n0..n0+cols are inside the output and this task's.
@@ -397,9 +535,11 @@ impl Product<'_> {
                 }
                 Sink::F32 { ptr, scale, bias } => {
                     let dst = std::slice::from_raw_parts_mut(ptr.0.add(off), cols);
-                    for (j, (d, &a)) in dst.iter_mut().zip(acc).enumerate() {
-                        let b = bias.as_ref().map_or(0.0, |b| b.at(m, n0 + j));
-                        *d = a as f32 * scale.at(m, n0 + j) + b;
+                    scaled(acc, scale, m, n0, dst);
+                    if let Some(b) = bias {
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            *d += b.at(m, n0 + j);
+                        }
                     }
                 }
                 Sink::Quantized {
@@ -411,12 +551,70 @@ impl Product<'_> {
                     hi,
                 } => {
                     let vals = &mut vals[..cols];
-                    for (j, (v, &a)) in vals.iter_mut().zip(acc).enumerate() {
-                        *v = a as f32 * scale.at(m, n0 + j);
-                    }
+                    scaled(acc, scale, m, n0, vals);
                     let dst = std::slice::from_raw_parts_mut(ptr.0.add(off), cols);
                     requantize(vals, zero_point, lo, hi, signed, dst);
                 }
+            }
+        }
+    }
+}
+
+/// `out[4 l + t] = rows[t][l] ^ flip`: four rows' bytes interleaved, the quad layout.
+fn interleave4(rows: [&[u8]; 4], flip: u8, out: &mut [u8]) {
+    let n = out.len() / 4;
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of x86-64; every load reads 16 bytes at `l < n - 15` of rows
+        // holding at least `n` bytes (checked by the slicing below), every store writes 64
+        // bytes at `4 l` of `out`, which holds `4 n`.
+        unsafe {
+            let rows = rows.map(|r| &r[..n]);
+            let x = _mm_set1_epi8(flip as i8);
+            while done + 16 <= n {
+                let ld = |r: &[u8]| {
+                    _mm_xor_si128(_mm_loadu_si128(r.as_ptr().add(done) as *const __m128i), x)
+                };
+                let (a, b, c, d) = (ld(rows[0]), ld(rows[1]), ld(rows[2]), ld(rows[3]));
+                let ab_lo = _mm_unpacklo_epi8(a, b);
+                let ab_hi = _mm_unpackhi_epi8(a, b);
+                let cd_lo = _mm_unpacklo_epi8(c, d);
+                let cd_hi = _mm_unpackhi_epi8(c, d);
+                let o = out.as_mut_ptr().add(4 * done) as *mut __m128i;
+                _mm_storeu_si128(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
+                _mm_storeu_si128(o.add(1), _mm_unpackhi_epi16(ab_lo, cd_lo));
+                _mm_storeu_si128(o.add(2), _mm_unpacklo_epi16(ab_hi, cd_hi));
+                _mm_storeu_si128(o.add(3), _mm_unpackhi_epi16(ab_hi, cd_hi));
+                done += 16;
+            }
+        }
+    }
+    for l in done..n {
+        for t in 0..4 {
+            out[4 * l + t] = rows[t][l] ^ flip;
+        }
+    }
+}
+
+/// `out[j] = acc[j] * scale` at row `m`, columns from `n0`.
+fn scaled(acc: &[i32], scale: Axis<f32>, m: usize, n0: usize, out: &mut [f32]) {
+    match scale {
+        Axis::All(s) => out
+            .iter_mut()
+            .zip(acc)
+            .for_each(|(o, &a)| *o = a as f32 * s),
+        Axis::Rows(s) => {
+            let s = s[m];
+            out.iter_mut()
+                .zip(acc)
+                .for_each(|(o, &a)| *o = a as f32 * s)
+        }
+        Axis::Cols(s) => {
+            let s = &s[n0..n0 + out.len()];
+            for ((o, &a), &s) in out.iter_mut().zip(acc).zip(s) {
+                *o = a as f32 * s;
             }
         }
     }

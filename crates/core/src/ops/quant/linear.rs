@@ -268,6 +268,12 @@ impl Op for DequantizeLinear {
         }
     );
 
+    /// Not folded by shape inference: the `quantize` pass reads the 8-bit constants behind
+    /// it, and folds what stays float itself.
+    fn is_foldable(&self) -> bool {
+        false
+    }
+
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
         let x = ctx.shape(0)?;
         Layout::new(

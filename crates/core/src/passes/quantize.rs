@@ -1,0 +1,353 @@
+//! `quantize`: the quantization information of a QDQ model turned into integer ops.
+//!
+//! A QDQ model states its integer computation as float ops between DequantizeLinear (DQ) and
+//! QuantizeLinear (Q) nodes. This pass rewrites each island `DQ -> op -> Q` into the integer
+//! op with the same meaning:
+//! - Conv with a DQ'd activation, DQ'd constant weights (per tensor or per output channel)
+//!   and a DQ'd i32 (or float constant) bias becomes QLinearConv;
+//! - MatMul with a DQ'd activation and DQ'd constant 2-D weights (per tensor or per column)
+//!   becomes QLinearMatMul;
+//! - MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze and Concat whose DQ'd inputs and
+//!   Q'd output share one scale and zero point run on the 8-bit values directly (they only
+//!   move or select values, and a monotone quantization commutes with max).
+//!
+//! Afterwards the DequantizeLinear nodes of constants that stay float are folded, once: shape
+//! inference leaves DequantizeLinear unfolded so that this pass sees the 8-bit weights.
+
+use super::rewrite::{constant, input, out, producer, rewrite_all, Arg, Rewrite, Uses};
+use super::Pass;
+use crate::infer::node_error;
+use crate::ops::linalg::conv::Conv;
+use crate::ops::linalg::matmul::MatMul;
+use crate::ops::nn::pool::{Pool, PoolKind};
+use crate::ops::quant::{DequantizeLinear, QLinearConv, QLinearMatMul, QuantizeLinear};
+use crate::ops::shape::concat::Concat;
+use crate::ops::shape::flatten::Flatten;
+use crate::ops::shape::reshape::Reshape;
+use crate::ops::shape::squeeze::{Squeeze, Unsqueeze};
+use crate::ops::shape::transpose::Transpose;
+use crate::{DType, Graph, Node, Op, Result, Tensor, ValueId};
+use std::sync::Arc;
+
+pub struct Quantize;
+
+impl Pass for Quantize {
+    fn name(&self) -> &'static str {
+        "quantize"
+    }
+
+    fn description(&self) -> &'static str {
+        "run DequantizeLinear -> Conv/MatMul -> QuantizeLinear islands as QLinearConv/QLinearMatMul, keep 8-bit values through MaxPool, Reshape, Transpose, Concat, ... where the scales agree, then fold the dequantization of constants that stay float"
+    }
+
+    fn run(&self, graph: &mut Graph) -> Result<bool> {
+        let rewritten = rewrite_all(graph, matcher)?;
+        let folded = fold_constant_dequantize(graph)?;
+        Ok(rewritten || folded)
+    }
+}
+
+fn is_q8(d: DType) -> bool {
+    matches!(d, DType::U8 | DType::I8)
+}
+
+/// A per-tensor 8-bit quantization: the 8-bit value and its scale and zero point inputs.
+#[derive(Clone, Copy)]
+struct Quantized {
+    value: ValueId,
+    scale: ValueId,
+    zero: Option<ValueId>,
+}
+
+impl Quantized {
+    /// Whether `other` has the same scale and zero point values.
+    fn same_params(&self, g: &Graph, other: &Quantized) -> bool {
+        let values = |q: &Quantized| {
+            let s = constant(g, q.scale)?.to_f64_vec();
+            let z = match q.zero {
+                Some(z) => constant(g, z)?.to_f64_vec(),
+                None => vec![0.0],
+            };
+            Some((s, z))
+        };
+        matches!((values(self), values(other)), (Some(a), Some(b)) if a == b)
+    }
+
+    fn zero_arg(&self) -> Arg {
+        self.zero.map_or(Arg::Absent, Arg::Value)
+    }
+}
+
+/// One-element constant scale (f32) and zero point (8-bit or absent).
+fn per_tensor(g: &Graph, scale: ValueId, zero: Option<ValueId>) -> bool {
+    let s_ok = constant(g, scale).is_some_and(|t| t.numel() == 1 && t.dtype() == DType::F32);
+    let z_ok =
+        zero.is_none_or(|z| constant(g, z).is_some_and(|t| t.numel() == 1 && is_q8(t.dtype())));
+    s_ok && z_ok
+}
+
+/// `v` as the output of a per-tensor 8-bit DequantizeLinear.
+fn dequantized(g: &Graph, v: ValueId) -> Option<Quantized> {
+    let n = &g.nodes[producer(g, v)?];
+    let dq = n.op.as_any().downcast_ref::<DequantizeLinear>()?;
+    if dq.block_size != 0 || dq.output_dtype.is_some_and(|d| d != DType::F32) {
+        return None;
+    }
+    let q = Quantized {
+        value: input(n, 0)?,
+        scale: input(n, 1)?,
+        zero: input(n, 2),
+    };
+    let dtype = g.value(q.value).info.as_ref()?.dtype;
+    (is_q8(dtype) && per_tensor(g, q.scale, q.zero)).then_some(q)
+}
+
+/// `v` as the output of a DequantizeLinear of a constant (weights or bias), with its axis.
+fn dequantized_constant(g: &Graph, v: ValueId) -> Option<(&Node, &DequantizeLinear)> {
+    let n = &g.nodes[producer(g, v)?];
+    let dq = n.op.as_any().downcast_ref::<DequantizeLinear>()?;
+    let all_const = n.inputs.iter().flatten().all(|&i| constant(g, i).is_some());
+    (dq.block_size == 0 && all_const && dq.output_dtype.is_none()).then_some((n, dq))
+}
+
+/// Weights DQ'd per tensor or along `axis` (of a rank-`rank` tensor) with `len` values.
+fn weights(g: &Graph, v: ValueId, axis: usize, len: usize) -> Option<Quantized> {
+    let (n, dq) = dequantized_constant(g, v)?;
+    let w = constant(g, input(n, 0)?)?;
+    if !is_q8(w.dtype()) {
+        return None;
+    }
+    let scale = input(n, 1)?;
+    let zero = input(n, 2);
+    let st = constant(g, scale)?;
+    let count_ok = |t: &Tensor| t.numel() == 1 || (t.rank() == 1 && t.numel() == len);
+    let rank = w.rank() as i64;
+    let axis_ok = st.numel() == 1 || (dq.axis == axis as i64 || dq.axis == axis as i64 - rank);
+    let zero_ok =
+        zero.is_none_or(|z| constant(g, z).is_some_and(|t| count_ok(t) && t.dtype() == w.dtype()));
+    (st.dtype() == DType::F32 && count_ok(st) && axis_ok && zero_ok).then_some(Quantized {
+        value: input(n, 0)?,
+        scale,
+        zero,
+    })
+}
+
+/// The Q node at `i` as a per-tensor 8-bit quantization of its input.
+fn quantize_node(g: &Graph, n: &Node) -> Option<Quantized> {
+    let q = n.op.as_any().downcast_ref::<QuantizeLinear>()?;
+    let y = out(n)?;
+    let zero = input(n, 2)?;
+    let ok = q.block_size == 0
+        && q.saturate
+        && is_q8(g.value(y).info.as_ref()?.dtype)
+        && per_tensor(g, input(n, 1)?, Some(zero));
+    ok.then_some(Quantized {
+        value: y,
+        scale: input(n, 1)?,
+        zero: Some(zero),
+    })
+}
+
+/// The i32 bias of QLinearConv for a Conv bias `b`: a DQ'd i32 constant whose scale is
+/// `x_scale * w_scale`, taken as it is, or any float constant (a DQ'd one included),
+/// quantized to that scale.
+fn bias(g: &Graph, b: ValueId, x: &Quantized, w: &Quantized, m: usize) -> Option<Arg> {
+    let xs = constant(g, x.scale)?.to_f64_vec()[0] as f32;
+    let ws = constant(g, w.scale)?.to_f64_vec();
+    let step = |c: usize| xs * ws[if ws.len() == 1 { 0 } else { c }] as f32;
+    if let Some((n, _)) = dequantized_constant(g, b) {
+        let q = constant(g, input(n, 0)?)?;
+        let s = constant(g, input(n, 1)?)?.to_f64_vec();
+        let z_zero = input(n, 2).is_none_or(|z| {
+            constant(g, z).is_some_and(|t| t.to_f64_vec().iter().all(|&v| v == 0.0))
+        });
+        if q.dtype() == DType::I32 && q.numel() == m && z_zero && (s.len() == 1 || s.len() == m) {
+            let same = (0..m).all(|c| {
+                let bs = s[if s.len() == 1 { 0 } else { c }] as f32;
+                (bs - step(c)).abs() <= 1e-6 * step(c).abs()
+            });
+            if same {
+                return Some(Arg::Value(input(n, 0)?));
+            }
+        }
+    }
+    // A float bias: the DQ'd value, or a plain constant.
+    let real: Vec<f64> = match dequantized_constant(g, b) {
+        Some((n, _)) => {
+            let args: Vec<Option<&Tensor>> = n
+                .inputs
+                .iter()
+                .map(|i| i.and_then(|i| constant(g, i)))
+                .collect();
+            n.op.eval(&args).ok()?.first()?.to_f64_vec()
+        }
+        None => constant(g, b)?.to_f64_vec(),
+    };
+    if real.len() != m {
+        return None;
+    }
+    let q: Vec<i32> = (0..m)
+        .map(|c| {
+            let v = (real[c] / step(c) as f64).round_ties_even();
+            v.clamp(i32::MIN as f64, i32::MAX as f64) as i32
+        })
+        .collect();
+    Some(Arg::Const("bias_q", Tensor::from_vec(&[m], q).ok()?))
+}
+
+fn conv_island(g: &Graph, p: &Node, c: &Conv, y: &Quantized) -> Option<(Arc<dyn Op>, Vec<Arg>)> {
+    let x = dequantized(g, input(p, 0)?)?;
+    let w_v = input(p, 1)?;
+    let m = *g.value(w_v).info.as_ref()?.shape.first()?;
+    let w = weights(g, w_v, 0, m)?;
+    if c.activation.is_some() {
+        return None;
+    }
+    let b = match input(p, 2) {
+        Some(b) => bias(g, b, &x, &w, m)?,
+        None => Arg::Absent,
+    };
+    let op = QLinearConv {
+        params: c.params.clone(),
+        group: c.group,
+    };
+    let inputs = vec![
+        Arg::Value(x.value),
+        Arg::Value(x.scale),
+        x.zero_arg(),
+        Arg::Value(w.value),
+        Arg::Value(w.scale),
+        w.zero_arg(),
+        Arg::Value(y.scale),
+        y.zero_arg(),
+        b,
+    ];
+    Some((Arc::new(op), inputs))
+}
+
+fn matmul_island(g: &Graph, p: &Node, y: &Quantized) -> Option<(Arc<dyn Op>, Vec<Arg>)> {
+    let a = dequantized(g, input(p, 0)?)?;
+    let b_v = input(p, 1)?;
+    let shape = &g.value(b_v).info.as_ref()?.shape;
+    if shape.len() != 2 {
+        return None;
+    }
+    let b = weights(g, b_v, 1, shape[1])?;
+    let inputs = vec![
+        Arg::Value(a.value),
+        Arg::Value(a.scale),
+        a.zero_arg(),
+        Arg::Value(b.value),
+        Arg::Value(b.scale),
+        b.zero_arg(),
+        Arg::Value(y.scale),
+        y.zero_arg(),
+    ];
+    Some((Arc::new(QLinearMatMul), inputs))
+}
+
+/// Ops that only move or select values: on 8-bit data when input and output quantizations
+/// agree. Their other inputs (shapes, axes) stay as they are.
+fn moves_values(op: &dyn Op) -> bool {
+    let any = op.as_any();
+    if let Some(p) = any.downcast_ref::<Pool>() {
+        return p.kind == PoolKind::Max && !p.with_indices;
+    }
+    any.is::<Reshape>()
+        || any.is::<Flatten>()
+        || any.is::<Transpose>()
+        || any.is::<Squeeze>()
+        || any.is::<Unsqueeze>()
+        || any.is::<Concat>()
+}
+
+fn passthrough(g: &Graph, p: &Node, y: &Quantized) -> Option<(Arc<dyn Op>, Vec<Arg>)> {
+    if !moves_values(p.op.as_ref()) || p.outputs.len() != 1 {
+        return None;
+    }
+    let concat = p.op.as_any().is::<Concat>();
+    let mut inputs = Vec::with_capacity(p.inputs.len());
+    for (slot, v) in p.inputs.iter().enumerate() {
+        match v {
+            None => inputs.push(Arg::Absent),
+            Some(v) if slot == 0 || concat => {
+                let x = dequantized(g, *v)?;
+                if !x.same_params(g, y)
+                    || g.value(x.value).info.as_ref()?.dtype
+                        != g.value(y.value).info.as_ref()?.dtype
+                {
+                    return None;
+                }
+                inputs.push(Arg::Value(x.value));
+            }
+            Some(v) => inputs.push(Arg::Value(*v)),
+        }
+    }
+    Some((p.op.clone(), inputs))
+}
+
+fn matcher(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
+    let qn = &g.nodes[i];
+    let y = quantize_node(g, qn)?;
+    let v = input(qn, 0)?;
+    let pi = producer(g, v)?;
+    if uses.single(v) != Some(i) {
+        return None;
+    }
+    let p = &g.nodes[pi];
+    let any = p.op.as_any();
+    let (op, inputs) = if let Some(c) = any.downcast_ref::<Conv>() {
+        conv_island(g, p, c, &y)?
+    } else if any.is::<MatMul>() {
+        matmul_island(g, p, &y)?
+    } else {
+        passthrough(g, p, &y)?
+    };
+    Some(Rewrite {
+        target: Some(i),
+        op: Some(op),
+        inputs,
+        name: Some(p.name.clone()),
+        remove: vec![pi],
+        rewire: None,
+    })
+}
+
+/// Evaluates the DequantizeLinear nodes whose inputs are all constants.
+fn fold_constant_dequantize(g: &mut Graph) -> Result<bool> {
+    let mut results: Vec<(usize, Tensor)> = Vec::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !n.op.as_any().is::<DequantizeLinear>() || n.outputs.len() != 1 {
+            continue;
+        }
+        let args: Option<Vec<Option<&Tensor>>> = n
+            .inputs
+            .iter()
+            .map(|v| match v {
+                None => Some(None),
+                Some(v) => constant(g, *v).map(Some),
+            })
+            .collect();
+        let Some(args) = args else { continue };
+        let t = n.op.eval(&args).map_err(|e| node_error(n, e))?.remove(0);
+        results.push((i, t));
+    }
+    if results.is_empty() {
+        return Ok(false);
+    }
+    let mut folded = vec![false; g.nodes.len()];
+    for (i, t) in results {
+        folded[i] = true;
+        let o = g.nodes[i].outputs[0];
+        let v = g.value_mut(o);
+        v.constant = Some(t);
+        v.producer = None;
+    }
+    let mut i = 0;
+    g.nodes.retain(|_| {
+        i += 1;
+        !folded[i - 1]
+    });
+    g.sort()?;
+    Ok(true)
+}

@@ -1,0 +1,265 @@
+//! The cheap ops around the integer kernels: QuantizeLinear and DequantizeLinear per tensor
+//! (f32 and 8-bit), and MaxPool on 8-bit values (the quantize pass keeps them 8-bit).
+
+use crate::backend::{constant, Registry};
+use crate::pool::AxisPlan;
+use crate::qgemm::requantize;
+use ferrolite_core::op::required;
+use ferrolite_core::ops::nn::geometry::AxisGeometry;
+use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
+use ferrolite_core::ops::quant::{DequantizeLinear, QuantizeLinear};
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
+use rayon::prelude::*;
+
+/// Elements per rayon task of the element-wise loops.
+const CHUNK: usize = 1 << 14;
+
+/// A one-element constant f32 scale and an 8-bit zero point (absent: u8 0) at slots 1, 2.
+fn per_tensor(r: &KernelRequest, data_dtype: DType) -> Result<(f32, i32, bool), String> {
+    let s = constant(r, 1).ok_or("needs a constant scale")?;
+    if s.numel() != 1 || s.dtype() != DType::F32 {
+        return Err("needs one f32 scale".into());
+    }
+    let scale = s.as_slice::<f32>().map_err(|e| e.to_string())?[0];
+    let (zero, signed) = match r.inputs.get(2).and_then(|i| i.as_ref()) {
+        None => (0, data_dtype == DType::I8),
+        Some(_) => {
+            let z = constant(r, 2).ok_or("needs a constant zero point")?;
+            if z.numel() != 1 || !matches!(z.dtype(), DType::U8 | DType::I8) {
+                return Err("needs one 8-bit zero point".into());
+            }
+            (z.to_i64_vec()[0] as i32, z.dtype() == DType::I8)
+        }
+    };
+    Ok((scale, zero, signed))
+}
+
+#[derive(Debug)]
+struct QuantizeKernel {
+    scale: f32,
+    zero: i32,
+    signed: bool,
+}
+
+impl Kernel for QuantizeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?.as_slice::<f32>()?;
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        op_ensure!(y.numel() == x.len(), "output size differs from the input's");
+        let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
+        let one = |(x, y): (&[f32], &mut [u8])| {
+            let mut v = [0f32; 256];
+            for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
+                let v = &mut v[..x.len()];
+                // Divided, as the spec (and numpy) computes it.
+                v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / self.scale);
+                requantize(v, self.zero, lo, hi, self.signed, y);
+            }
+        };
+        let pairs = x.par_chunks(CHUNK).zip(y.bytes_mut().par_chunks_mut(CHUNK));
+        pairs.for_each(one);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.quantize"
+    }
+}
+
+#[derive(Debug)]
+struct DequantizeKernel {
+    scale: f32,
+    zero: i32,
+    signed: bool,
+}
+
+impl Kernel for DequantizeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?.bytes();
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        let y = y.as_mut_slice::<f32>()?;
+        op_ensure!(y.len() == x.len(), "output size differs from the input's");
+        let (s, z, signed) = (self.scale, self.zero, self.signed);
+        let one = |(x, y): (&[u8], &mut [f32])| {
+            for (y, &b) in y.iter_mut().zip(x) {
+                let v = if signed { b as i8 as i32 } else { b as i32 };
+                *y = (v - z) as f32 * s;
+            }
+        };
+        x.par_chunks(CHUNK)
+            .zip(y.par_chunks_mut(CHUNK))
+            .for_each(one);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.dequantize"
+    }
+}
+
+/// 2-D max pooling of 8-bit values (NCHW), compared as unsigned after flipping signed ones.
+#[derive(Debug)]
+struct QMaxPoolKernel {
+    x: Vec<usize>,
+    gh: AxisGeometry,
+    gw: AxisGeometry,
+    h: AxisPlan,
+    w: AxisPlan,
+    flip: u8,
+}
+
+impl Kernel for QMaxPoolKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?;
+        op_ensure!(
+            x.shape() == self.x.as_slice(),
+            "input has shape {:?}, the kernel was built for {:?}",
+            x.shape(),
+            self.x
+        );
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        let (ih, iw) = (self.gh.input, self.gw.input);
+        let (oh, ow) = (self.gh.output, self.gw.output);
+        op_ensure!(
+            y.numel() == self.x[0] * self.x[1] * oh * ow,
+            "output size differs from the plan"
+        );
+        let flip = self.flip;
+        let plane = |(xp, yp): (&[u8], &mut [u8])| {
+            for oy in 0..oh {
+                let (hl, hh) = (self.h.lo[oy], self.h.hi[oy]);
+                for ox in 0..ow {
+                    let (wl, wh) = (self.w.lo[ox], self.w.hi[ox]);
+                    let mut m = 0u8;
+                    for kh in hl..hh {
+                        let iy = (self.gh.tap(oy, kh)) as usize;
+                        let row = &xp[iy * iw..(iy + 1) * iw];
+                        for kw in wl..wh {
+                            let ix = self.gw.tap(ox, kw) as usize;
+                            m = m.max(row[ix] ^ flip);
+                        }
+                    }
+                    yp[oy * ow + ox] = m ^ flip;
+                }
+            }
+        };
+        let (xs, ys) = (x.bytes(), y.bytes_mut());
+        let pairs = xs.par_chunks(ih * iw).zip(ys.par_chunks_mut(oh * ow));
+        pairs.for_each(plane);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.qmaxpool"
+    }
+}
+
+fn eight_bit(d: DType) -> Option<bool> {
+    match d {
+        DType::I8 => Some(true),
+        DType::U8 => Some(false),
+        _ => None,
+    }
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<QuantizeLinear>(
+        "cpu.quantize",
+        "QuantizeLinear",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |q, r| {
+            let x = r
+                .req
+                .inputs
+                .first()
+                .and_then(|i| i.as_ref())
+                .ok_or("needs an input")?;
+            let out = r.req.outputs.first().ok_or("needs an output")?;
+            if x.dtype != DType::F32
+                || eight_bit(out.dtype).is_none()
+                || q.block_size != 0
+                || !q.saturate
+            {
+                return Err("needs f32 to 8-bit, per tensor, saturating".into());
+            }
+            let (scale, zero, signed) = per_tensor(r.req, out.dtype)?;
+            if !(scale.is_finite() && scale > 0.0) {
+                return Err("needs a positive scale".into());
+            }
+            Ok(Box::new(QuantizeKernel {
+                scale,
+                zero,
+                signed,
+            }))
+        },
+    );
+    r.add::<DequantizeLinear>(
+        "cpu.dequantize",
+        "DequantizeLinear",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |d, r| {
+            let x = r
+                .req
+                .inputs
+                .first()
+                .and_then(|i| i.as_ref())
+                .ok_or("needs an input")?;
+            let signed = eight_bit(x.dtype).ok_or("needs 8-bit input")?;
+            let out = r.req.outputs.first().ok_or("needs an output")?;
+            if out.dtype != DType::F32 || d.block_size != 0 {
+                return Err("needs an f32 output, per tensor".into());
+            }
+            let (scale, zero, _) = per_tensor(r.req, x.dtype)?;
+            Ok(Box::new(DequantizeKernel {
+                scale,
+                zero,
+                signed,
+            }))
+        },
+    );
+    r.add::<Pool>(
+        "cpu.qmaxpool",
+        "Pool",
+        5,
+        DTypes::Any,
+        Layout::Plain,
+        |p, r| {
+            let x = r
+                .req
+                .inputs
+                .first()
+                .and_then(|i| i.as_ref())
+                .ok_or("needs an input")?;
+            let signed = eight_bit(x.dtype).ok_or("needs 8-bit input")?;
+            if p.kind != PoolKind::Max
+                || p.with_indices
+                || x.shape.len() != 4
+                || r.req.outputs.len() != 1
+            {
+                return Err("needs a 2-D max pool without indices".into());
+            }
+            let g = p.geometry(x.shape).map_err(|e| e.to_string())?;
+            let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).map_err(|_| "needs a 2-D pool")?;
+            Ok(Box::new(QMaxPoolKernel {
+                x: x.shape.to_vec(),
+                h: AxisPlan::new(&gh),
+                w: AxisPlan::new(&gw),
+                gh,
+                gw,
+                flip: if signed { 0x80 } else { 0 },
+            }))
+        },
+    );
+}
