@@ -135,6 +135,8 @@ pub struct QConvKernel {
     mult: Vec<f32>,
     bias: Vec<i32>,
     strategy: Strategy,
+    /// The depthwise strategy's f32 input and sum tensors, reused between runs.
+    buffers: std::sync::Mutex<Vec<(Tensor, Tensor)>>,
 }
 
 impl QConvKernel {
@@ -246,6 +248,7 @@ impl QConvKernel {
             mult,
             bias,
             strategy,
+            buffers: Default::default(),
         })
     }
 
@@ -357,32 +360,95 @@ impl QConvKernel {
         x: &[u8],
         y: &mut [u8],
     ) -> OpResult<()> {
-        let xz = self.x.zero[0];
-        let signed = self.x.signed;
-        let xf: Vec<f32> = x
-            .iter()
-            .map(|&b| (if signed { b as i8 as i32 } else { b as i32 } - xz) as f32)
-            .collect();
-        let xt = Tensor::from_vec(&self.x_shape, xf)?;
-        let mut acc = [Tensor::zeros(DType::F32, &self.y_shape)?];
-        kernel.run(&[Some(&xt), Some(weights), None], &mut acc)?;
-        let acc = acc[0].as_slice::<f32>()?;
-        let plane: usize = self.y_shape[2..].iter().product();
+        // Buffers kept between runs (a concurrent run takes fresh ones).
+        let (mut xt, mut acc) = match self.buffers.lock().ok().and_then(|mut b| b.pop()) {
+            Some(b) => b,
+            None => (
+                Tensor::zeros(DType::F32, &self.x_shape)?,
+                Tensor::zeros(DType::F32, &self.y_shape)?,
+            ),
+        };
+        let (xz, signed, avx2) = (self.x.zero[0], self.x.signed, self.path != QPath::Portable);
+        let xf = xt.as_mut_slice::<f32>()?;
+        x.par_chunks(1 << 14)
+            .zip(xf.par_chunks_mut(1 << 14))
+            .for_each(|(x, xf)| centered(x, signed, xz, xf, avx2));
+        let mut outs = [acc];
+        kernel.run(&[Some(&xt), Some(weights), None], &mut outs)?;
+        [acc] = outs;
+        let sums = acc.as_slice::<f32>()?;
+        let plane: usize = self.y_shape[2..].iter().product::<usize>().max(1);
         let channels = self.s.out_channels;
         let (lo, hi) = range(self.y.signed);
         let (yz, ys) = (self.y.zero[0], self.y.signed);
         let one = |(i, (out, a)): (usize, (&mut [u8], &[f32]))| {
             let c = i % channels;
             let (bias, mult) = (self.bias[c], self.mult[c]);
-            let vals: Vec<f32> = a.iter().map(|&v| (v as i32 + bias) as f32 * mult).collect();
-            requantize(&vals, yz, lo, hi, ys, out);
+            let mut vals = [0f32; 256];
+            for (out, a) in out.chunks_mut(256).zip(a.chunks(256)) {
+                let v = &mut vals[..a.len()];
+                rescale(a, bias, mult, v, avx2);
+                requantize(v, yz, lo, hi, ys, out);
+            }
         };
-        let pairs = y
-            .par_chunks_mut(plane.max(1))
-            .zip(acc.par_chunks(plane.max(1)));
+        let pairs = y.par_chunks_mut(plane).zip(sums.par_chunks(plane));
         pairs.enumerate().for_each(one);
+        if let Ok(mut b) = self.buffers.lock() {
+            b.push((xt, acc));
+        }
         Ok(())
     }
+}
+
+/// `out = x - zero` as f32 (the exact integer value).
+fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32], avx2: bool) {
+    #[inline(always)]
+    fn body(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
+        if signed {
+            for (o, &b) in out.iter_mut().zip(x) {
+                *o = (b as i8 as i32 - zero) as f32;
+            }
+        } else {
+            for (o, &b) in out.iter_mut().zip(x) {
+                *o = (b as i32 - zero) as f32;
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn wide(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
+        body(x, signed, zero, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is set only for the x86 paths, which exist on CPUs with AVX2.
+        return unsafe { wide(x, signed, zero, out) };
+    }
+    let _ = avx2;
+    body(x, signed, zero, out)
+}
+
+/// `out = (sum + bias) * mult`, the sum being an exact integer in f32 (a bias past 2^24 rounds
+/// there, far below the final rounding).
+fn rescale(sum: &[f32], bias: i32, mult: f32, out: &mut [f32], avx2: bool) {
+    #[inline(always)]
+    fn body(sum: &[f32], bias: i32, mult: f32, out: &mut [f32]) {
+        for (o, &a) in out.iter_mut().zip(sum) {
+            *o = (a + bias as f32) * mult;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn wide(sum: &[f32], bias: i32, mult: f32, out: &mut [f32]) {
+        body(sum, bias, mult, out)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: as in `centered`.
+        return unsafe { wide(sum, bias, mult, out) };
+    }
+    let _ = avx2;
+    body(sum, bias, mult, out)
 }
 
 impl Kernel for QConvKernel {
