@@ -154,13 +154,25 @@ impl<'a> Reader<'a> {
                     .zip(&desc.dims)
                     .all(|(&w, &d)| w < 0 || w == d);
             if !agree {
-                return Err(Error::Mismatch {
-                    var: var.into(),
-                    message: format!(
-                        "the program declares dims {want_dims:?}, the parameters hold {:?}",
-                        desc.dims
-                    ),
-                });
+                // Paddle's quantization passes save scales with other unit dims than the
+                // program declares (a 0-d scale where [1] is declared, a [1, C] one where [C]
+                // is): the same data, which Paddle's loader reads with the saved dims and its
+                // ops by element count. Dims that agree once their 1s are dropped take the
+                // program's; any other disagreement is an error.
+                let non_unit =
+                    |d: &[i64]| d.iter().copied().filter(|&x| x != 1).collect::<Vec<_>>();
+                if want_dims.iter().all(|&w| w >= 0) && non_unit(want_dims) == non_unit(&desc.dims)
+                {
+                    shape = want_dims.iter().map(|&w| w as usize).collect();
+                } else {
+                    return Err(Error::Mismatch {
+                        var: var.into(),
+                        message: format!(
+                            "the program declares dims {want_dims:?}, the parameters hold {:?}",
+                            desc.dims
+                        ),
+                    });
+                }
             }
         }
         let numel = checked_numel(&shape).map_err(|e| Error::Mismatch {

@@ -583,6 +583,63 @@ fn malformed_params_are_typed_errors() {
     }
 }
 
+/// Paddle's quantization passes save scales with other unit dims than the program declares
+/// (0-d where [1] is declared, [1, C] where [C] is): the same data, read with the program's
+/// dims. Other disagreements stay errors.
+#[test]
+fn params_with_other_unit_dims_take_the_program_dims() {
+    let prog = |dims: &[i64]| {
+        program(
+            vec![
+                tensor_var("x", var_type::FP32, &[-1, 2], false),
+                tensor_var("s", var_type::FP32, dims, true),
+                tensor_var("out", var_type::FP32, &[-1, 2], false),
+            ],
+            vec![
+                feed("x", 0),
+                op(
+                    "elementwise_mul",
+                    vec![slot("X", &["x"]), slot("Y", &["s"])],
+                    vec![slot("Out", &["out"])],
+                    vec![int_attr("axis", -1)],
+                ),
+                fetch("out", 0),
+            ],
+        )
+    };
+    let scalar = write_tensor(&f32_tensor(&[], vec![3.0]), var_type::FP32);
+    let one = write_tensor(&f32_tensor(&[1], vec![3.0]), var_type::FP32);
+    let row = write_tensor(&f32_tensor(&[1, 2], vec![3.0, 4.0]), var_type::FP32);
+    for (declared, bytes, want, out) in [
+        (&[1][..], &scalar, &[1][..], [3.0, 6.0]),
+        (&[1, 1][..], &scalar, &[1, 1][..], [3.0, 6.0]),
+        (&[][..], &one, &[][..], [3.0, 6.0]),
+        (&[2][..], &row, &[2][..], [3.0, 8.0]),
+    ] {
+        let p = prog(declared);
+        let params = read_combined(bytes, &persistable_vars(&p)).unwrap();
+        assert_eq!(params["s"].shape(), want, "declared {declared:?}");
+        let got = run(&p, params, f32_tensor(&[1, 2], vec![1.0, 2.0]));
+        assert_eq!(got.to_f64_vec(), out);
+    }
+    // Other sizes, or a declared unknown size, are still refused.
+    let two = write_tensor(&f32_tensor(&[2], vec![3.0, 4.0]), var_type::FP32);
+    let col = write_tensor(&f32_tensor(&[2, 1, 3], vec![0.0; 6]), var_type::FP32);
+    for (declared, bytes) in [
+        (&[1][..], &two),
+        (&[2][..], &scalar),
+        (&[-1][..], &scalar),
+        (&[3, 2][..], &col),
+    ] {
+        let p = prog(declared);
+        let e = read_combined(bytes, &persistable_vars(&p)).unwrap_err();
+        assert!(
+            matches!(e, Error::Mismatch { ref var, .. } if var == "s"),
+            "declared {declared:?}: {e}"
+        );
+    }
+}
+
 #[test]
 fn noncombined_missing_file_is_named() {
     let dir = std::env::temp_dir().join(format!("ferrolite-paddle-nc-{}", std::process::id()));
