@@ -138,7 +138,14 @@ impl<'a> Reader<'a> {
             shape.push(d);
         }
         if let Some((want_type, want_dims)) = expect {
-            if want_type != desc.data_type {
+            // Paddle's quantization passes store quantized weights as int8 (int16 past 8
+            // bits) and leave the program declaring the float type they replaced; Paddle's
+            // loader keeps the stored type, and so does this one. Other types must agree.
+            let quantized_weight = matches!(
+                want_type,
+                var_type::FP32 | var_type::FP16 | var_type::FP64 | var_type::BF16
+            ) && matches!(desc.data_type, var_type::INT8 | var_type::INT16);
+            if want_type != desc.data_type && !quantized_weight {
                 return Err(Error::Mismatch {
                     var: var.into(),
                     message: format!(

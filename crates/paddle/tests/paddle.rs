@@ -561,6 +561,15 @@ fn malformed_params_are_typed_errors() {
         read_combined(&v, &vars),
         Err(Error::Mismatch { .. })
     ));
+    // ... except int8 where a float is declared: quantized weights, which keep their type.
+    let int8 = write_tensor(
+        &Tensor::from_vec(&[2, 2], vec![1i8, -2, 3, 127]).unwrap(),
+        var_type::INT8,
+    );
+    let v = [int8, b.clone()].concat();
+    let params = read_combined(&v, &vars).unwrap();
+    assert_eq!(params["a_w"].dtype(), ferrolite::DType::I8);
+    assert_eq!(params["a_w"].to_f64_vec(), vec![1.0, -2.0, 3.0, 127.0]);
     // Absurd LoD level count or data size: refused before allocating.
     let mut v = whole.clone();
     v[4..12].copy_from_slice(&u64::MAX.to_le_bytes());
