@@ -1,5 +1,5 @@
 //! Paddle op → canonical op mapping: one function per Paddle op type, found through one table
-//! kept as one slice per op family (`elementwise`, `linalg`, `nn`, `shape`), each family's
+//! kept as one slice per op family (`elementwise`, `linalg`, `nn`, `quant`, `shape`), each family's
 //! `ENTRIES` next to its mapping functions, as in the ONNX frontend.
 //!
 //! A Paddle op may become several canonical nodes (e.g. `elementwise_add` with `axis` is an
@@ -14,7 +14,7 @@ use crate::proto::{OpDesc, VarDesc};
 use ferrolite_core::frontend;
 use ferrolite_core::ops::elementwise::Cast;
 use ferrolite_core::ops::shape::{concat::Concat, reshape::Reshape};
-use ferrolite_core::{DType, Op, Tensor, ValueId};
+use ferrolite_core::{DType, Node, Op, Tensor, ValueId};
 use std::sync::Arc;
 
 pub use ferrolite_core::frontend::MapError;
@@ -23,6 +23,7 @@ pub use shape::unsqueeze_positions;
 mod elementwise;
 mod linalg;
 mod nn;
+mod quant;
 mod shape;
 
 pub type MapResult = Result<(), MapError>;
@@ -47,6 +48,7 @@ const TABLES: &[&[(&str, MapFn)]] = &[
     elementwise::ENTRIES,
     linalg::ENTRIES,
     nn::ENTRIES,
+    quant::ENTRIES,
     shape::ENTRIES,
 ];
 
@@ -117,10 +119,11 @@ impl<'a, 'p> Ctx<'a, 'p> {
     pub fn int(&self, name: &str, default: i64) -> Result<i64, MapError> {
         Ok(self.int_opt(name)?.unwrap_or(default))
     }
+    pub fn float_opt(&self, name: &str) -> Result<Option<f64>, MapError> {
+        self.typed(name, "a number", AttrValue::as_f64)
+    }
     pub fn float(&self, name: &str, default: f64) -> Result<f64, MapError> {
-        Ok(self
-            .typed(name, "a number", AttrValue::as_f64)?
-            .unwrap_or(default))
+        Ok(self.float_opt(name)?.unwrap_or(default))
     }
     pub fn bool(&self, name: &str, default: bool) -> Result<bool, MapError> {
         Ok(self
@@ -225,6 +228,12 @@ impl<'a, 'p> Ctx<'a, 'p> {
 
     pub fn constant(&self, v: ValueId) -> Option<&Tensor> {
         self.b.graph.value(v).constant.as_ref()
+    }
+
+    /// The node that computes `v` (none for inputs and constants).
+    pub fn producer(&self, v: ValueId) -> Option<&Node> {
+        let p = self.b.graph.value(v).producer?;
+        self.b.graph.nodes.get(p.0)
     }
 
     // ---- building ----
