@@ -125,6 +125,11 @@ pub fn convert_model(mut proto: ModelProto, model_dir: Option<&Path>) -> Result<
         .find(|(d, _)| d.is_empty())
         .map(|(_, v)| *v)
         .unwrap_or(1);
+    let ms_opset = opsets
+        .iter()
+        .find(|(d, _)| d == map::MS_DOMAIN)
+        .map(|(_, v)| *v)
+        .unwrap_or(1);
     let producer = format!("{} {}", proto.producer_name, proto.producer_version)
         .trim()
         .to_string();
@@ -143,6 +148,7 @@ pub fn convert_model(mut proto: ModelProto, model_dir: Option<&Path>) -> Result<
         names: HashMap::new(),
         model_dir,
         opset,
+        ms_opset,
         functions,
         unsupported: Vec::new(),
     };
@@ -163,7 +169,9 @@ struct Builder<'a> {
     /// Named values. Anonymous node outputs (empty names) are not in here.
     names: HashMap<String, ValueId>,
     model_dir: Option<&'a Path>,
+    /// The opset versions of the default domain and of `com.microsoft`.
     opset: i64,
+    ms_opset: i64,
     functions: HashSet<(&'a str, &'a str)>,
     unsupported: Vec<UnsupportedOp>,
 }
@@ -320,23 +328,8 @@ impl<'a> Builder<'a> {
             inputs.push(Some(id));
         }
 
-        if !is_default_domain(&n.domain) {
-            let reason = if self
-                .functions
-                .contains(&(n.domain.as_str(), n.op_type.as_str()))
-            {
-                format!(
-                    "model-local function of domain '{}' (functions are not inlined)",
-                    n.domain
-                )
-            } else {
-                format!("domain '{}' is not supported", n.domain)
-            };
-            self.unsupported.push(unsupported(reason));
-            return Ok(());
-        }
-
-        if n.op_type == "Constant" {
+        let default_domain = is_default_domain(&n.domain);
+        if default_domain && n.op_type == "Constant" {
             if outs.len() != 1 || !inputs.is_empty() {
                 return Err(Error::InvalidModel(format!(
                     "Constant node '{name}' must have no inputs and one output, has {} and {}",
@@ -351,13 +344,32 @@ impl<'a> Builder<'a> {
             return Ok(());
         }
 
-        let Some(f) = map::lookup(&n.op_type) else {
-            self.unsupported.push(unsupported(String::new()));
+        let Some(f) = map::lookup_in(&n.domain, &n.op_type) else {
+            let reason = if default_domain {
+                String::new()
+            } else if self
+                .functions
+                .contains(&(n.domain.as_str(), n.op_type.as_str()))
+            {
+                format!(
+                    "model-local function of domain '{}' (functions are not inlined)",
+                    n.domain
+                )
+            } else if n.domain == map::MS_DOMAIN {
+                format!("not among the supported ops of domain '{}'", n.domain)
+            } else {
+                format!("domain '{}' is not supported", n.domain)
+            };
+            self.unsupported.push(unsupported(reason));
             return Ok(());
         };
         let ctx = NodeCtx {
             node: n,
-            opset: self.opset,
+            opset: if default_domain {
+                self.opset
+            } else {
+                self.ms_opset
+            },
         };
         match f(&ctx) {
             Ok(op) => {

@@ -727,6 +727,66 @@ fn unknown_ops_are_all_listed_in_one_error() {
     assert_eq!(p.model.graph.value(p.model.graph.outputs[0]).name, "z5");
 }
 
+/// x (u8 [2]) -> com.microsoft QLinearAdd(x, x) -> y, with per-tensor scales and zero points.
+fn qlinear_add_graph() -> GraphProto {
+    let u8_scalar = |name: &str, v: u8| TensorProto {
+        name: name.into(),
+        data_type: data_type::UINT8,
+        raw_data: vec![v],
+        ..Default::default()
+    };
+    let mut add = node(
+        "QLinearAdd",
+        "qadd",
+        &["x", "s", "z", "x", "s", "z", "s", "z"],
+        &["y"],
+    );
+    add.domain = "com.microsoft".into();
+    graph(
+        vec![add],
+        vec![f32_tensor("s", &[], &[0.5]), u8_scalar("z", 128)],
+        vec![vi("x", data_type::UINT8, &[D::V(2)])],
+        vec![vi("y", data_type::UINT8, &[D::V(2)])],
+    )
+}
+
+#[test]
+fn com_microsoft_ops_map_and_unknown_ones_are_listed() {
+    let mut m = model(qlinear_add_graph());
+    m.opset_import.push(OperatorSetIdProto {
+        domain: "com.microsoft".into(),
+        version: 1,
+    });
+    let loaded = load_model(&m.encode_to_vec(), None).unwrap();
+    let ops: Vec<&str> = loaded.graph.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops, ["QLinearAdd"]);
+
+    // An unknown op of that domain, and an op of another domain: both listed, with reasons.
+    let mut g = qlinear_add_graph();
+    let mut unknown = node("QAttention", "qa", &["y"], &["z1"]);
+    unknown.domain = "com.microsoft".into();
+    let mut other = node("QLinearAdd", "other", &["z1"], &["z2"]);
+    other.domain = "ai.onnx.ml".into();
+    g.node.extend([unknown, other]);
+    g.output = vec![vi("z2", data_type::UINT8, &[])];
+    let Err(Error::UnsupportedOps(list)) = load(g) else {
+        panic!("expected UnsupportedOps");
+    };
+    let got: Vec<(&str, &str)> = list
+        .iter()
+        .map(|u| (u.op.as_str(), u.node.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("com.microsoft:QAttention", "qa"),
+            ("ai.onnx.ml:QLinearAdd", "other")
+        ]
+    );
+    assert!(list[0].reason.contains("com.microsoft"), "{}", list[0]);
+    assert!(list[1].reason.contains("ai.onnx.ml"), "{}", list[1]);
+}
+
 #[test]
 fn invalid_attribute_names_the_node() {
     let mut g = reshape_graph();
@@ -933,7 +993,7 @@ fn real_models_load() {
                 for u in &list {
                     // Only reported for ops the table lacks or refuses, never silently.
                     assert!(
-                        !supported.contains(&u.op.as_str()) || !u.reason.is_empty(),
+                        !supported.contains(&u.op) || !u.reason.is_empty(),
                         "{case}: {u}"
                     );
                 }

@@ -1,4 +1,5 @@
-//! ONNX op → canonical op mapping: one table, one function per ONNX op type.
+//! ONNX op → canonical op mapping: one table per domain (the default domain and
+//! `com.microsoft`), one function per ONNX op type.
 //!
 //! A mapping function reads the node's attributes through [`NodeCtx`] and returns the
 //! canonical op. Inputs pass through position by position (an empty input name is an absent
@@ -12,6 +13,7 @@ use std::sync::Arc;
 
 pub use ferrolite_core::frontend::MapError;
 
+mod contrib;
 mod elementwise;
 mod extra;
 mod linalg;
@@ -23,14 +25,37 @@ mod shape;
 pub type MapResult = Result<Arc<dyn Op>, MapError>;
 pub type MapFn = fn(&NodeCtx) -> MapResult;
 
+/// onnxruntime's contrib op domain.
+pub const MS_DOMAIN: &str = "com.microsoft";
+
 /// The ONNX op types the frontend understands, for the default domain (`""` / `ai.onnx`).
 pub fn lookup(op_type: &str) -> Option<MapFn> {
     frontend::lookup(TABLES, op_type)
 }
 
-/// Every supported op type, sorted.
-pub fn supported_ops() -> Vec<&'static str> {
-    frontend::op_types(TABLES)
+/// The mapping of `op_type` in `domain` (`""` or `ai.onnx` for the default domain); `None` for
+/// an op type or a domain the frontend does not know.
+pub fn lookup_in(domain: &str, op_type: &str) -> Option<MapFn> {
+    match domain {
+        "" | "ai.onnx" => lookup(op_type),
+        MS_DOMAIN => frontend::lookup(MS_TABLES, op_type),
+        _ => None,
+    }
+}
+
+/// Every supported op type, sorted: those of the default domain by name, then those of
+/// `com.microsoft` as `com.microsoft:Name` (how unsupported ops of that domain are named).
+pub fn supported_ops() -> Vec<String> {
+    let mut v: Vec<String> = frontend::op_types(TABLES)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    v.extend(
+        frontend::op_types(MS_TABLES)
+            .into_iter()
+            .map(|t| format!("{MS_DOMAIN}:{t}")),
+    );
+    v
 }
 
 /// The one table, kept as one slice per op family so each family's entries sit next to their
@@ -44,6 +69,9 @@ const TABLES: &[&[(&str, MapFn)]] = &[
     quant::ENTRIES,
     shape::ENTRIES,
 ];
+
+/// The `com.microsoft` domain's table.
+const MS_TABLES: &[&[(&str, MapFn)]] = &[contrib::ENTRIES];
 
 /// A node as the mapping functions see it.
 pub struct NodeCtx<'a> {

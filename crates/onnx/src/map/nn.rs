@@ -55,7 +55,7 @@ fn auto_pad(n: &NodeCtx) -> Result<AutoPad, MapError> {
     AutoPad::parse(&s).ok_or_else(|| MapError::Invalid(format!("unknown auto_pad '{s}'")))
 }
 
-fn pool(n: &NodeCtx, kind: PoolKind) -> Result<Pool, MapError> {
+pub(super) fn pool(n: &NodeCtx, kind: PoolKind) -> Result<Pool, MapError> {
     let kernel_shape = n
         .ints("kernel_shape")?
         .ok_or_else(|| MapError::Invalid("kernel_shape is required".into()))?;

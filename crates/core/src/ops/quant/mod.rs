@@ -1,9 +1,15 @@
 //! Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul and
-//! QLinearConv.
+//! QLinearConv, and onnxruntime's quantized ops of the `com.microsoft` domain ([`contrib`]).
 
+pub mod contrib;
 pub mod linear;
 pub mod qlinear;
 
+pub use contrib::{
+    DynamicQuantizeMatMul, MatMulIntegerToFloat, QGemm, QLinearAdd, QLinearAveragePool,
+    QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul, QLinearSigmoid,
+    QLinearSoftmax,
+};
 pub use linear::{DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear};
 pub use qlinear::{QLinearConv, QLinearMatMul};
 
@@ -24,7 +30,7 @@ pub const QUANTIZED: DTypeSet = DTypeSet(
         | DType::F4E2M1.bit(),
 );
 
-/// The 8-bit integer types of QLinearMatMul and QLinearConv.
+/// The 8-bit integer types of QLinearMatMul, QLinearConv and the `com.microsoft` ops.
 pub const Q8: DTypeSet = DTypeSet(DType::U8.bit() | DType::I8.bit());
 
 /// Integer range of a quantized integer type.

@@ -10,12 +10,12 @@ use crate::{
     op_common, op_ensure, DType, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-fn opt<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
+pub(super) fn opt<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
     inputs.get(i).copied().flatten()
 }
 
 /// The single value of a per-tensor scale or zero point (0 when absent).
-fn scalar_of(t: Option<&Tensor>, what: &str) -> OpResult<f64> {
+pub(super) fn scalar_of(t: Option<&Tensor>, what: &str) -> OpResult<f64> {
     match t {
         None => Ok(0.0),
         Some(t) => {
@@ -30,12 +30,12 @@ fn scalar_of(t: Option<&Tensor>, what: &str) -> OpResult<f64> {
 }
 
 /// Rounds to the scale's float dtype (the reference computes scale products in it).
-fn in_dtype(d: DType, v: f64) -> f64 {
+pub(super) fn in_dtype(d: DType, v: f64) -> f64 {
     crate::dispatch_float!(d, T => { T::from_f64(v).to_f64() }, v)
 }
 
 /// Writes `round(v)` to the output type, saturated or (`wrap`) modulo 256.
-fn requantize(
+pub(super) fn requantize(
     to: DType,
     shape: &[usize],
     wrap: bool,
