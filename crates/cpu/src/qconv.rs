@@ -135,8 +135,12 @@ pub struct QConvKernel {
     mult: Vec<f32>,
     bias: Vec<i32>,
     strategy: Strategy,
-    /// The depthwise strategy's f32 input and sum tensors, reused between runs.
-    buffers: std::sync::Mutex<Vec<(Tensor, Tensor)>>,
+}
+
+thread_local! {
+    /// The depthwise strategy's f32 input and sums, reused by every layer of this thread.
+    static DEPTHWISE_SCRATCH: std::cell::RefCell<[Option<ferrolite_core::tensor::Storage>; 2]> =
+        Default::default();
 }
 
 impl QConvKernel {
@@ -248,7 +252,6 @@ impl QConvKernel {
             mult,
             bias,
             strategy,
-            buffers: Default::default(),
         })
     }
 
@@ -360,14 +363,10 @@ impl QConvKernel {
         x: &[u8],
         y: &mut [u8],
     ) -> OpResult<()> {
-        // Buffers kept between runs (a concurrent run takes fresh ones).
-        let (mut xt, mut acc) = match self.buffers.lock().ok().and_then(|mut b| b.pop()) {
-            Some(b) => b,
-            None => (
-                Tensor::zeros(DType::F32, &self.x_shape)?,
-                Tensor::zeros(DType::F32, &self.y_shape)?,
-            ),
-        };
+        // This thread's buffers, shared by every depthwise layer and kept between runs.
+        let [xs, accs] = crate::scratch::with_taken(&DEPTHWISE_SCRATCH, std::mem::take);
+        let mut xt = Tensor::with_storage(DType::F32, &self.x_shape, xs)?;
+        let acc = Tensor::with_storage(DType::F32, &self.y_shape, accs)?;
         let (xz, signed, avx2) = (self.x.zero[0], self.x.signed, self.path != QPath::Portable);
         let xf = xt.as_mut_slice::<f32>()?;
         x.par_chunks(1 << 14)
@@ -375,7 +374,7 @@ impl QConvKernel {
             .for_each(|(x, xf)| centered(x, signed, xz, xf, avx2));
         let mut outs = [acc];
         kernel.run(&[Some(&xt), Some(weights), None], &mut outs)?;
-        [acc] = outs;
+        let [acc] = outs;
         let sums = acc.as_slice::<f32>()?;
         let plane: usize = self.y_shape[2..].iter().product::<usize>().max(1);
         let channels = self.s.out_channels;
@@ -393,9 +392,8 @@ impl QConvKernel {
         };
         let pairs = y.par_chunks_mut(plane).zip(sums.par_chunks(plane));
         pairs.enumerate().for_each(one);
-        if let Ok(mut b) = self.buffers.lock() {
-            b.push((xt, acc));
-        }
+        let kept = [xt.into_storage(), acc.into_storage()];
+        crate::scratch::with_taken(&DEPTHWISE_SCRATCH, |s| *s = kept);
         Ok(())
     }
 }

@@ -311,3 +311,81 @@ fn qlinear_matmul_and_matmul_integer_match_reference() {
     assert!(names.iter().any(|n| n == "cpu.qmatmul"));
     assert!(names.iter().any(|n| n == "cpu.matmul_integer"));
 }
+
+#[test]
+fn quantize_dequantize_and_int8_maxpool_match_reference() {
+    use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
+    use ferrolite_core::ops::quant::{DequantizeLinear, QuantizeLinear};
+    let mut rng = Rng(17);
+    let mut names = Vec::new();
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            for (shape, dtype, zero) in [
+                (&[1usize, 3, 5, 7][..], DType::U8, 0i64),
+                (&[2, 4, 33, 65][..], DType::I8, -128),
+                (&[70000][..], DType::U8, 255),
+                (&[1, 8, 9, 9][..], DType::I8, 127),
+            ] {
+                // Values over and past the whole range, and halves (ties) on the grid.
+                let n: usize = shape.iter().product();
+                let x: Vec<f32> = (0..n)
+                    .map(|i| match i % 5 {
+                        0 => (i % 600) as f32 * 0.25 - 75.0,
+                        1 => 1e9,
+                        2 => -1e9,
+                        _ => (rng.next() % 2000) as f32 * 0.05 - 50.0,
+                    })
+                    .collect();
+                let x = Tensor::from_vec(shape, x).unwrap();
+                let ins = vec![
+                    Some(x),
+                    Some(Tensor::scalar(0.5f32)),
+                    Some(scalar(dtype, zero)),
+                ];
+                names.push(check_q(
+                    Arc::new(QuantizeLinear::default()),
+                    &ins,
+                    &[false, true, true],
+                ));
+                let q = rng.q8(dtype, shape);
+                let ins = vec![
+                    Some(q.clone()),
+                    Some(Tensor::scalar(0.037f32)),
+                    Some(scalar(dtype, zero)),
+                ];
+                let op: Arc<dyn Op> = Arc::new(DequantizeLinear::default());
+                let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+                let want = op.eval(&refs).unwrap().remove(0);
+                for isa in Isa::available() {
+                    let (k, outs) =
+                        kernel_for(&CpuBackend::new(isa), &op, &ins, &[false, true, true]);
+                    let mut y = vec![Tensor::zeros(outs[0].dtype, &outs[0].shape).unwrap()];
+                    k.run(&refs, &mut y).unwrap();
+                    assert_eq!(
+                        y[0].as_slice::<f32>().unwrap(),
+                        want.as_slice::<f32>().unwrap()
+                    );
+                    names.push(k.name().to_string());
+                }
+                if shape.len() == 4 {
+                    for (kernel, strides, pads) in [
+                        ([3, 3], [2, 2], [1, 1, 1, 1]),
+                        ([2, 2], [1, 1], [0, 0, 1, 1]),
+                    ] {
+                        let p = Pool {
+                            kind: PoolKind::Max,
+                            kernel_shape: kernel.to_vec(),
+                            strides: strides.to_vec(),
+                            pads: pads.to_vec(),
+                            ..Default::default()
+                        };
+                        names.push(check_q(Arc::new(p), &[Some(q.clone())], &[false]));
+                    }
+                }
+            }
+        });
+    }
+    for n in ["cpu.quantize", "cpu.dequantize", "cpu.qmaxpool"] {
+        assert!(names.iter().any(|k| k == n), "{n} not run");
+    }
+}
