@@ -51,6 +51,7 @@ pub fn registry() -> &'static Kernels<CpuContext> {
         crate::qconv::register(&mut r);
         crate::qmatmul::register(&mut r);
         crate::qelementwise::register(&mut r);
+        crate::qlinear::register(&mut r);
         r
     })
 }

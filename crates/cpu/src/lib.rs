@@ -25,6 +25,7 @@ mod pool;
 mod qconv;
 mod qelementwise;
 pub(crate) mod qgemm;
+mod qlinear;
 mod qmatmul;
 mod reduce;
 mod resize;

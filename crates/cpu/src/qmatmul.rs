@@ -8,7 +8,7 @@ use crate::qgemm::{Axis, Out, Packed, Product, QPath, Side, Source};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::linalg::matmul::MatMulInteger;
-use ferrolite_core::ops::quant::QLinearMatMul;
+use ferrolite_core::ops::quant::{QGemm, QLinearMatMul};
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
@@ -16,10 +16,12 @@ use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 /// What the product's results become.
 #[derive(Debug)]
 enum Output {
-    /// QLinearMatMul: requantized per column.
+    /// QLinearMatMul, QGemm: requantized per column.
     Quantized { y: QParams, mult: Vec<f32> },
     /// MatMulInteger: i32.
     I32,
+    /// QGemm without an output quantization: scaled per column to f32.
+    F32 { scale: Vec<f32> },
 }
 
 #[derive(Debug)]
@@ -28,11 +30,15 @@ pub struct QMatMulKernel {
     a_shape: Vec<usize>,
     /// A's zero point as the GEMM sees it (u8).
     a_zero: i32,
+    /// The input slot of A's zero point when it is only known at run time.
+    a_zero_input: Option<usize>,
     a_signed: bool,
     b: Packed,
     /// B's zero point per column as the GEMM sees it (s8).
     b_zero: Vec<i32>,
     output: Output,
+    /// QGemm's C, per column.
+    bias: Option<Vec<i32>>,
     name: &'static str,
 }
 
@@ -78,6 +84,13 @@ impl QMatMulKernel {
             };
             let zero = match r.inputs.get(slot).and_then(|v| v.as_ref()) {
                 None => vec![0],
+                // A's zero point read at run time (DynamicQuantizeLinear's).
+                Some(z) if slot == az && constant(r, slot).is_none() => {
+                    if z.shape.iter().product::<usize>() != 1 {
+                        return Err("needs one zero point for A".into());
+                    }
+                    vec![0]
+                }
                 Some(_) => {
                     let t = constant(r, slot).ok_or("needs constant zero points")?;
                     if t.numel() != 1 && t.numel() != len {
@@ -143,19 +156,108 @@ impl QMatMulKernel {
         } else {
             aq.zero[0]
         };
+        let runtime_zero =
+            r.inputs.get(az).and_then(|v| v.as_ref()).is_some() && constant(r, az).is_none();
         Ok(QMatMulKernel {
             path,
             a_shape: a_shape.to_vec(),
             a_zero,
+            a_zero_input: (scales.is_none() && runtime_zero).then_some(az),
             a_signed: aq.signed,
             b: packed,
             b_zero,
             output,
+            bias: None,
             name,
         })
     }
 
-    fn run_on(&self, a: &Tensor, y: &mut Tensor) -> OpResult<()> {
+    /// com.microsoft QGemm: A not transposed, B (constant) either way, C per column.
+    fn qgemm(isa: Isa, g: &QGemm, r: &KernelRequest) -> Result<Self, String> {
+        if g.trans_a {
+            return Err("needs A not transposed".into());
+        }
+        let info = |i: usize| r.inputs.get(i).and_then(|v| v.as_ref());
+        let (ai, bi) = (info(0).ok_or("needs A")?, info(3).ok_or("needs B")?);
+        if ai.shape.len() != 2 || bi.shape.len() != 2 {
+            return Err("needs 2-D A and B".into());
+        }
+        let (k, n) = if g.trans_b {
+            (bi.shape[1], bi.shape[0])
+        } else {
+            (bi.shape[0], bi.shape[1])
+        };
+        if ai.shape[1] != k {
+            return Err(format!("needs A with {k} columns"));
+        }
+        let aq = qparams(r, ai.dtype, 1, 2, 1)?;
+        let bq = qparams(r, bi.dtype, 4, 5, n)?;
+        let b_val = constant(r, 3).ok_or("needs a constant B")?;
+        let col = |v: &[f32], j: usize| v[if v.len() == 1 { 0 } else { j }];
+        // (alpha a_scale b_scale) / y_scale per column, in the reference's f32 order.
+        let product_scale: Vec<f32> = (0..n)
+            .map(|j| g.alpha * aq.scale[0] * col(&bq.scale, j))
+            .collect();
+        let output = match info(7) {
+            Some(_) => {
+                let y = qparams(r, info(8).ok_or("needs y_zero_point")?.dtype, 7, 8, 1)?;
+                let mult = product_scale.iter().map(|s| s / y.scale[0]).collect();
+                Output::Quantized { y, mult }
+            }
+            None => Output::F32 {
+                scale: product_scale,
+            },
+        };
+        let bias = match info(6) {
+            None => None,
+            Some(ci) => {
+                let c = constant(r, 6).ok_or("needs a constant C")?;
+                let per_column = ci.shape == [n] || ci.shape == [1, n];
+                if !per_column || c.dtype() != DType::I32 {
+                    return Err(format!("needs an i32 C of [{n}] or [1, {n}]"));
+                }
+                Some(c.as_slice::<i32>().map_err(|e| e.to_string())?.to_vec())
+            }
+        };
+        let path = QPath::for_isa(isa);
+        let (rs, cs) = if g.trans_b { (k, 1) } else { (1, n) };
+        let packed = Packed::new(
+            path,
+            Side::Panels,
+            k,
+            n,
+            Source {
+                data: b_val.bytes(),
+                rs,
+                cs,
+                flip: if bq.signed { 0 } else { 0x80 },
+                signed: true,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let b_zero = per_column(&bq.zero, n)
+            .into_iter()
+            .map(|z| if bq.signed { z } else { z - 128 })
+            .collect();
+        Ok(QMatMulKernel {
+            path,
+            a_shape: ai.shape.to_vec(),
+            a_zero: if aq.signed {
+                aq.zero[0] + 128
+            } else {
+                aq.zero[0]
+            },
+            a_zero_input: None,
+            a_signed: aq.signed,
+            b: packed,
+            b_zero,
+            output,
+            bias,
+            name: "cpu.qgemm",
+        })
+    }
+
+    fn run_on(&self, a: &Tensor, a_zero: i32, y: &mut Tensor) -> OpResult<()> {
         op_ensure!(
             a.shape() == self.a_shape.as_slice(),
             "input A has shape {:?}, the kernel was built for {:?}",
@@ -186,13 +288,21 @@ impl QMatMulKernel {
         let product = Product {
             rows: &rows,
             panels: &self.b,
-            rows_zero: Axis::All(self.a_zero),
+            rows_zero: Axis::All(a_zero),
             panels_zero: Axis::Cols(&self.b_zero),
-            bias: None,
+            bias: self.bias.as_deref().map(Axis::Cols),
             ldc: n,
         };
         match &self.output {
             Output::I32 => product.run(&mut Out::I32(y.as_mut_slice::<i32>()?), true),
+            Output::F32 { scale } => product.run(
+                &mut Out::F32 {
+                    data: y.as_mut_slice::<f32>()?,
+                    scale: Axis::Cols(scale),
+                    bias: None,
+                },
+                true,
+            ),
             Output::Quantized { y: yq, mult } => {
                 let (lo, hi) = if yq.signed { (-128, 127) } else { (0, 255) };
                 product.run(
@@ -214,10 +324,23 @@ impl QMatMulKernel {
 impl Kernel for QMatMulKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
         let a = required(inputs, 0)?;
+        let a_zero = match self.a_zero_input {
+            None => self.a_zero,
+            Some(slot) => {
+                let z = required(inputs, slot)?;
+                op_ensure!(z.numel() == 1, "A's zero point must have one element");
+                let v = z.to_i64_vec()[0] as i32;
+                if self.a_signed {
+                    v + 128
+                } else {
+                    v
+                }
+            }
+        };
         let y = outputs
             .first_mut()
             .ok_or_else(|| OpError("no output".into()))?;
-        self.run_on(a, y)
+        self.run_on(a, a_zero, y)
     }
 
     fn name(&self) -> &str {
@@ -226,6 +349,14 @@ impl Kernel for QMatMulKernel {
 }
 
 pub(crate) fn register(r: &mut Registry) {
+    r.add::<QGemm>(
+        "cpu.qgemm",
+        "QGemm",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |g, r| QMatMulKernel::qgemm(r.cx.isa, g, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
     r.add::<QLinearMatMul>(
         "cpu.qmatmul",
         "QLinearMatMul",

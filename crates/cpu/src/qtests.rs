@@ -389,3 +389,176 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
         assert!(names.iter().any(|k| k == n), "{n} not run");
     }
 }
+
+#[test]
+fn qgemm_matches_reference() {
+    use ferrolite_core::ops::quant::QGemm;
+    let mut rng = Rng(23);
+    let mut names = Vec::new();
+    for (m, k, n, trans_b, with_c, quantized) in [
+        (1, 512, 1000, false, true, true),
+        (3, 7, 5, true, false, true),
+        (17, 64, 33, true, true, false),
+        (2, 300, 40, false, false, false),
+    ] {
+        for (ad, bd) in [
+            (DType::U8, DType::I8),
+            (DType::I8, DType::I8),
+            (DType::U8, DType::U8),
+        ] {
+            let op = Arc::new(QGemm {
+                alpha: 1.0,
+                trans_a: false,
+                trans_b,
+            });
+            let b_shape = if trans_b { [n, k] } else { [k, n] };
+            let bz: Tensor = if n % 2 == 0 {
+                scalar(bd, if bd == DType::U8 { 128 } else { 0 })
+            } else {
+                let v: Vec<i64> = (0..n as i64)
+                    .map(|j| {
+                        if bd == DType::U8 {
+                            125 + j % 7
+                        } else {
+                            j % 5 - 2
+                        }
+                    })
+                    .collect();
+                Tensor::from_vec(&[n], v).unwrap().cast(bd).unwrap()
+            };
+            let bs = Tensor::from_vec(
+                &[n],
+                (0..n).map(|j| 0.01 + 0.002 * (j % 5) as f32).collect(),
+            )
+            .unwrap();
+            let c: Vec<i32> = (0..n as i32).map(|j| j * 311 - 5000).collect();
+            let ins = vec![
+                Some(rng.q8(ad, &[m, k])),
+                Some(Tensor::scalar(0.03f32)),
+                Some(scalar(ad, if ad == DType::U8 { 131 } else { -7 })),
+                Some(rng.q8(bd, &b_shape)),
+                Some(bs),
+                Some(bz),
+                with_c.then(|| Tensor::from_vec(&[n], c).unwrap()),
+                quantized.then(|| Tensor::scalar(0.02f32 * (k as f32).sqrt())),
+                quantized.then(|| scalar(ad, if ad == DType::U8 { 100 } else { 3 })),
+            ];
+            let constant = [false, true, true, true, true, true, true, true, true];
+            if quantized {
+                names.push(check_q(op, &ins, &constant));
+            } else {
+                let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+                let want = op.eval(&refs).unwrap().remove(0);
+                for isa in Isa::available() {
+                    let dynop: Arc<dyn Op> = op.clone();
+                    let (kernel, outs) = kernel_for(&CpuBackend::new(isa), &dynop, &ins, &constant);
+                    let mut y = vec![Tensor::zeros(outs[0].dtype, &outs[0].shape).unwrap()];
+                    kernel.run(&refs, &mut y).unwrap();
+                    assert_eq!(
+                        y[0].as_slice::<f32>().unwrap(),
+                        want.as_slice::<f32>().unwrap()
+                    );
+                    names.push(kernel.name().to_string());
+                }
+            }
+        }
+    }
+    assert!(names.iter().all(|n| n == "cpu.qgemm"), "{names:?}");
+}
+
+/// MatMulInteger with A's zero point only known at run time (DynamicQuantizeLinear's).
+#[test]
+fn matmul_integer_reads_a_runtime_zero_point() {
+    use ferrolite_core::ops::linalg::matmul::MatMulInteger;
+    let mut rng = Rng(31);
+    let op: Arc<dyn Op> = Arc::new(MatMulInteger);
+    let ins = vec![
+        Some(rng.q8(DType::U8, &[1, 9, 40])),
+        Some(rng.q8(DType::I8, &[40, 24])),
+        Some(scalar(DType::U8, 77)),
+        Some(scalar(DType::I8, 0)),
+    ];
+    assert_eq!(
+        check_q(op, &ins, &[false, true, false, true]),
+        "cpu.matmul_integer"
+    );
+}
+
+#[test]
+fn qlinear_table_kernels_match_reference() {
+    use ferrolite_core::ops::quant::{
+        QLinearAdd, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul,
+        QLinearSigmoid,
+    };
+    let mut rng = Rng(41);
+    let mut names = Vec::new();
+    for d in [DType::U8, DType::I8] {
+        let z = |v: i64| scalar(d, if d == DType::U8 { v } else { v - 128 });
+        let q = |s: f32, zv: i64| [Some(Tensor::scalar(s)), Some(z(zv))];
+        let x = rng.q8(d, &[2, 5, 6, 7]);
+        let x2 = rng.q8(d, &[2, 5, 6, 7]);
+        let per_channel = rng.q8(d, &[2, 5, 1, 1]);
+        let unary_ins = |x: &Tensor| {
+            let mut v = vec![Some(x.clone())];
+            v.extend(q(0.05, 120));
+            v.extend(q(0.004, 10));
+            v
+        };
+        let c1 = [false, true, true, true, true];
+        names.push(check_q(Arc::new(QLinearSigmoid), &unary_ins(&x), &c1));
+        names.push(check_q(
+            Arc::new(QLinearLeakyRelu { alpha: 0.1 }),
+            &unary_ins(&x),
+            &c1,
+        ));
+        let binary = |a: &Tensor, b: &Tensor| {
+            let mut v = vec![Some(a.clone())];
+            v.extend(q(0.05, 120));
+            v.push(Some(b.clone()));
+            v.extend(q(0.03, 128));
+            v.extend(q(0.07, 100));
+            v
+        };
+        let c2 = [false, true, true, false, true, true, true, true];
+        names.push(check_q(Arc::new(QLinearAdd), &binary(&x, &x2), &c2));
+        names.push(check_q(Arc::new(QLinearMul), &binary(&x, &x2), &c2));
+        names.push(check_q(
+            Arc::new(QLinearMul),
+            &binary(&x, &per_channel),
+            &c2,
+        ));
+        names.push(check_q(
+            Arc::new(QLinearMul),
+            &binary(&per_channel, &x),
+            &c2,
+        ));
+        let mut gap = vec![Some(x.clone())];
+        gap.extend(q(0.05, 120));
+        gap.extend(q(0.02, 90));
+        names.push(check_q(
+            Arc::new(QLinearGlobalAveragePool {
+                channels_last: false,
+            }),
+            &gap,
+            &c1,
+        ));
+        // Concat: one input at the output's scale (copied), one requantized.
+        let mut cat: Vec<Option<Tensor>> = q(0.05, 120).into();
+        cat.push(Some(x.clone()));
+        cat.extend(q(0.05, 120));
+        cat.push(Some(x2.clone()));
+        cat.extend(q(0.09, 3));
+        let c3 = [true, true, false, true, true, false, true, true];
+        names.push(check_q(Arc::new(QLinearConcat { axis: 1 }), &cat, &c3));
+    }
+    for n in [
+        "cpu.qsigmoid",
+        "cpu.qleaky_relu",
+        "cpu.qadd",
+        "cpu.qmul",
+        "cpu.qglobal_average",
+        "cpu.qconcat",
+    ] {
+        assert!(names.iter().any(|k| k == n), "{n} not run: {names:?}");
+    }
+}

@@ -332,7 +332,6 @@ pub enum Out<'a> {
     /// The i32 values (MatMulInteger, ConvInteger).
     I32(&'a mut [i32]),
     /// `v * scale + bias` (MatMulIntegerToFloat).
-    #[allow(dead_code)] // Its kernel comes with the com.microsoft ops.
     F32 {
         data: &'a mut [f32],
         scale: Axis<'a, f32>,

@@ -1,0 +1,451 @@
+//! The com.microsoft QLinear element-wise ops, concat and global average pooling on 8-bit
+//! tensors.
+//!
+//! An 8-bit operand has 256 values, so an op whose output element depends on one input
+//! element (QLinearSigmoid, QLinearLeakyRelu, each input of QLinearConcat) is a 256-entry
+//! table, and one that depends on two (QLinearAdd, QLinearMul) a 65536-entry one. The tables
+//! are filled at prerun by the op's own reference implementation over every value, so the
+//! kernels are exactly the reference, rounding included, at a table lookup per element.
+
+use crate::backend::{constant, Registry};
+use ferrolite_core::op::required;
+use ferrolite_core::ops::quant::{
+    QLinearAdd, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul,
+    QLinearSigmoid,
+};
+use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::{op_ensure, DType, Op, OpError, OpResult, Tensor};
+use rayon::prelude::*;
+
+const CHUNK: usize = 1 << 15;
+
+/// Every value of an 8-bit type, in byte order.
+fn all_values(dtype: DType, repeat: usize) -> Result<Tensor, String> {
+    let bytes: Vec<u8> = (0..256 * repeat).map(|i| (i / repeat) as u8).collect();
+    Tensor::from_bytes(dtype, &[bytes.len()], &bytes).map_err(|e| e.to_string())
+}
+
+fn eight_bit(r: &KernelRequest, i: usize) -> Result<DType, String> {
+    match r.inputs.get(i).and_then(|v| v.as_ref()).map(|v| v.dtype) {
+        Some(d @ (DType::U8 | DType::I8)) => Ok(d),
+        _ => Err(format!("needs an 8-bit input {i}")),
+    }
+}
+
+/// The constant inputs of `r` other than the data inputs `data`, or why not.
+fn constants<'a>(r: &KernelRequest<'a>, data: &[usize]) -> Result<Vec<Option<&'a Tensor>>, String> {
+    (0..r.inputs.len())
+        .map(|i| match &r.inputs[i] {
+            None => Ok(None),
+            Some(_) if data.contains(&i) => Ok(None),
+            Some(_) => constant(r, i)
+                .map(Some)
+                .ok_or_else(|| format!("needs a constant input {i}")),
+        })
+        .collect()
+}
+
+/// The op's outputs for inputs where the data slots hold `values` and the rest are `consts`.
+fn evaluate(
+    op: &dyn Op,
+    consts: &[Option<&Tensor>],
+    values: &[(usize, &Tensor)],
+) -> Result<Vec<u8>, String> {
+    let mut args = consts.to_vec();
+    for (slot, t) in values {
+        args[*slot] = Some(t);
+    }
+    let out = op.eval(&args).map_err(|e| e.to_string())?;
+    Ok(out.first().ok_or("no output")?.bytes().to_vec())
+}
+
+/// One-input ops as a 256-entry table.
+#[derive(Debug)]
+struct UnaryTable {
+    table: Vec<u8>,
+    name: &'static str,
+}
+
+fn unary_table(op: &dyn Op, r: &KernelRequest, name: &'static str) -> Result<UnaryTable, String> {
+    let d = eight_bit(r, 0)?;
+    let consts = constants(r, &[0])?;
+    let table = evaluate(op, &consts, &[(0, &all_values(d, 1)?)])?;
+    Ok(UnaryTable { table, name })
+}
+
+impl Kernel for UnaryTable {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?.bytes();
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        op_ensure!(
+            y.byte_len() == x.len(),
+            "output size differs from the input's"
+        );
+        let t = &self.table;
+        let one = |(x, y): (&[u8], &mut [u8])| {
+            y.iter_mut().zip(x).for_each(|(y, &x)| *y = t[x as usize]);
+        };
+        x.par_chunks(CHUNK)
+            .zip(y.bytes_mut().par_chunks_mut(CHUNK))
+            .for_each(one);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+/// How the second operand of a two-input table op lines up with the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pairing {
+    /// Same shapes.
+    Elementwise,
+    /// `[N, C, D...]` with `[N, C, 1...]` (B per plane), or A per plane when `a_per_plane`.
+    PerPlane { plane: usize, a_per_plane: bool },
+}
+
+/// QLinearAdd (same shapes) and QLinearMul (same shapes, or one operand per channel) as a
+/// 65536-entry table indexed by `a * 256 + b`.
+#[derive(Debug)]
+struct BinaryTable {
+    table: Vec<u8>,
+    pairing: Pairing,
+    out_len: usize,
+    name: &'static str,
+}
+
+fn binary_table(
+    op: &dyn Op,
+    r: &KernelRequest,
+    per_plane_ok: bool,
+    name: &'static str,
+) -> Result<BinaryTable, String> {
+    let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
+    let shape = |i: usize| r.inputs[i].as_ref().map(|v| v.shape).unwrap_or(&[]);
+    let (sa, sb) = (shape(0), shape(3));
+    let out_len: usize = r
+        .outputs
+        .first()
+        .ok_or("needs an output")?
+        .shape
+        .iter()
+        .product();
+    let per_plane = |full: &[usize], part: &[usize]| {
+        full.len() >= 3
+            && part.len() == full.len()
+            && part[..2] == full[..2]
+            && part[2..].iter().all(|&d| d == 1)
+    };
+    let pairing = if sa == sb && out_len > 1 {
+        Pairing::Elementwise
+    } else if per_plane_ok && per_plane(sa, sb) {
+        Pairing::PerPlane {
+            plane: sa[2..].iter().product(),
+            a_per_plane: false,
+        }
+    } else if per_plane_ok && per_plane(sb, sa) {
+        Pairing::PerPlane {
+            plane: sb[2..].iter().product(),
+            a_per_plane: true,
+        }
+    } else {
+        return Err("needs operands of one shape (or, for QLinearMul, one per channel)".into());
+    };
+    let consts = constants(r, &[0, 3])?;
+    // a runs slowly, b fast: element a * 256 + b.
+    let a_vals = all_values(da, 256)?;
+    let b_bytes: Vec<u8> = (0..65536).map(|i| i as u8).collect();
+    let b_vals = Tensor::from_bytes(db, &[65536], &b_bytes).map_err(|e| e.to_string())?;
+    let table = evaluate(op, &consts, &[(0, &a_vals), (3, &b_vals)])?;
+    Ok(BinaryTable {
+        table,
+        pairing,
+        out_len,
+        name,
+    })
+}
+
+impl Kernel for BinaryTable {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let a = required(inputs, 0)?.bytes();
+        let b = required(inputs, 3)?.bytes();
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        op_ensure!(
+            y.byte_len() == self.out_len,
+            "output size differs from the plan"
+        );
+        let t = &self.table;
+        let at = |x: u8, z: u8| t[(x as usize) << 8 | z as usize];
+        match self.pairing {
+            Pairing::Elementwise => {
+                op_ensure!(
+                    a.len() == self.out_len && b.len() == self.out_len,
+                    "input sizes differ from the plan"
+                );
+                let one = |((a, b), y): ((&[u8], &[u8]), &mut [u8])| {
+                    for ((y, &a), &b) in y.iter_mut().zip(a).zip(b) {
+                        *y = at(a, b);
+                    }
+                };
+                let parts = a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK));
+                parts.zip(y.bytes_mut().par_chunks_mut(CHUNK)).for_each(one);
+            }
+            Pairing::PerPlane { plane, a_per_plane } => {
+                let (full, part) = if a_per_plane { (b, a) } else { (a, b) };
+                op_ensure!(
+                    full.len() == self.out_len && part.len() * plane == self.out_len,
+                    "input sizes differ from the plan"
+                );
+                let one = |((x, &s), y): ((&[u8], &u8), &mut [u8])| {
+                    for (y, &x) in y.iter_mut().zip(x) {
+                        *y = if a_per_plane { at(s, x) } else { at(x, s) };
+                    }
+                };
+                let parts = full.par_chunks(plane.max(1)).zip(part.par_iter());
+                parts
+                    .zip(y.bytes_mut().par_chunks_mut(plane.max(1)))
+                    .for_each(one);
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        self.name
+    }
+}
+
+/// QLinearConcat: each input through its own 256-entry table (or copied, when its scale and
+/// zero point are the output's), placed along the axis.
+#[derive(Debug)]
+struct ConcatTables {
+    /// Per input: its table, or None to copy.
+    tables: Vec<Option<Vec<u8>>>,
+    /// Bytes of each input per outer index, and of the output.
+    inner: Vec<usize>,
+    outer: usize,
+}
+
+fn concat_tables(c: &QLinearConcat, r: &KernelRequest) -> Result<ConcatTables, String> {
+    let n = r.inputs.len().saturating_sub(2) / 3;
+    if n == 0 || r.inputs.len() != 2 + 3 * n {
+        return Err("needs (tensor, scale, zero point) triples".into());
+    }
+    let dtype = eight_bit(r, 1)?;
+    let out_shape = &r.outputs.first().ok_or("needs an output")?.shape;
+    let rank = out_shape.len() as i64;
+    let axis = if c.axis < 0 { c.axis + rank } else { c.axis };
+    if !(0..rank).contains(&axis) {
+        return Err("needs an axis inside the rank".into());
+    }
+    let axis = axis as usize;
+    let outer: usize = out_shape[..axis].iter().product();
+    let y_s = constant(r, 0).ok_or("needs a constant Y_scale")?;
+    let y_z = constant(r, 1).ok_or("needs a constant Y_zero_point")?;
+    let mut tables = Vec::with_capacity(n);
+    let mut inner = Vec::with_capacity(n);
+    for k in 0..n {
+        let i = 2 + 3 * k;
+        let xi = r.inputs[i].as_ref().ok_or("needs every input")?;
+        if xi.dtype != dtype {
+            return Err("needs inputs of Y_zero_point's type".into());
+        }
+        inner.push(xi.shape[axis..].iter().product());
+        let x_s = constant(r, i + 1).ok_or("needs constant scales")?;
+        let x_z = match &r.inputs[i + 2] {
+            Some(_) => Some(constant(r, i + 2).ok_or("needs constant zero points")?),
+            None => None,
+        };
+        let same = x_s.bytes() == y_s.bytes() && x_z.map(|t| t.bytes()) == Some(y_z.bytes());
+        tables.push(if same {
+            None
+        } else {
+            let all = all_values(dtype, 1)?;
+            let args = [Some(y_s), Some(y_z), Some(&all), Some(x_s), x_z];
+            // The values as one 1-D input: its table along axis 0.
+            let t = QLinearConcat { axis: 0 }.eval(&args).map_err(|e| e.to_string())?;
+            Some(t.first().ok_or("no output")?.bytes().to_vec())
+        });
+    }
+    Ok(ConcatTables {
+        tables,
+        inner,
+        outer,
+    })
+}
+
+impl Kernel for ConcatTables {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        let row: usize = self.inner.iter().sum();
+        op_ensure!(
+            y.byte_len() == row * self.outer,
+            "output size differs from the plan"
+        );
+        let ys = y.bytes_mut();
+        let mut offset = 0;
+        for (k, (table, &inner)) in self.tables.iter().zip(&self.inner).enumerate() {
+            let x = required(inputs, 2 + 3 * k)?.bytes();
+            op_ensure!(
+                x.len() == inner * self.outer,
+                "input {k} size differs from the plan"
+            );
+            for o in 0..self.outer {
+                let src = &x[o * inner..(o + 1) * inner];
+                let dst = &mut ys[o * row + offset..o * row + offset + inner];
+                match table {
+                    None => dst.copy_from_slice(src),
+                    Some(t) => dst
+                        .iter_mut()
+                        .zip(src)
+                        .for_each(|(d, &s)| *d = t[s as usize]),
+                }
+            }
+            offset += inner;
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.qconcat"
+    }
+}
+
+/// QLinearGlobalAveragePool over channels-first planes: integer sums, then the reference's
+/// one f32 scaling per plane.
+#[derive(Debug)]
+struct QGlobalAverage {
+    image: usize,
+    x_zero: i64,
+    y_zero: i32,
+    scale: f32,
+    signed: bool,
+}
+
+impl Kernel for QGlobalAverage {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?.bytes();
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        let image = self.image.max(1);
+        op_ensure!(
+            x.len() == y.byte_len() * image,
+            "sizes differ from the plan"
+        );
+        let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
+        let one = |(x, y): (&[u8], &mut u8)| {
+            let sum: i64 = if self.signed {
+                x.iter().map(|&b| b as i8 as i64).sum()
+            } else {
+                x.iter().map(|&b| b as i64).sum()
+            };
+            let acc = sum - self.x_zero * image as i64;
+            let v = (acc as f32 * self.scale).round_ties_even() as i32 + self.y_zero;
+            let q = v.clamp(lo, hi);
+            *y = if self.signed { q as i8 as u8 } else { q as u8 };
+        };
+        x.par_chunks(image)
+            .zip(y.bytes_mut().par_iter_mut())
+            .for_each(one);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.qglobal_average"
+    }
+}
+
+fn scalar(r: &KernelRequest, i: usize) -> Result<f64, String> {
+    match &r.inputs.get(i).and_then(|v| v.as_ref()) {
+        None => Ok(0.0),
+        Some(_) => {
+            let t = constant(r, i).ok_or_else(|| format!("needs a constant input {i}"))?;
+            if t.numel() != 1 {
+                return Err(format!("needs one value at input {i}"));
+            }
+            Ok(t.to_f64_vec()[0])
+        }
+    }
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<QLinearSigmoid>(
+        "cpu.qsigmoid",
+        "QLinearSigmoid",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |o, r| unary_table(o, r.req, "cpu.qsigmoid").map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
+    r.add::<QLinearLeakyRelu>(
+        "cpu.qleaky_relu",
+        "QLinearLeakyRelu",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |o, r| unary_table(o, r.req, "cpu.qleaky_relu").map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
+    r.add::<QLinearAdd>(
+        "cpu.qadd",
+        "QLinearAdd",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |o, r| binary_table(o, r.req, false, "cpu.qadd").map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
+    r.add::<QLinearMul>(
+        "cpu.qmul",
+        "QLinearMul",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |o, r| binary_table(o, r.req, true, "cpu.qmul").map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
+    r.add::<QLinearConcat>(
+        "cpu.qconcat",
+        "QLinearConcat",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |c, r| concat_tables(c, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
+    r.add::<QLinearGlobalAveragePool>(
+        "cpu.qglobal_average",
+        "QLinearGlobalAveragePool",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |p, r| {
+            let d = eight_bit(r.req, 0)?;
+            let x = r.req.inputs[0].as_ref().ok_or("needs an input")?;
+            if p.channels_last || x.shape.len() < 3 {
+                return Err("needs channels-first input of rank 3 or more".into());
+            }
+            let image: usize = x.shape[2..].iter().product();
+            let (xs, xz, ys, yz) = (
+                scalar(r.req, 1)?,
+                scalar(r.req, 2)?,
+                scalar(r.req, 3)?,
+                scalar(r.req, 4)?,
+            );
+            // The reference's f32 order: x_scale / (y_scale * image).
+            let scale = xs as f32 / (ys as f32 * image as f32);
+            Ok(Box::new(QGlobalAverage {
+                image,
+                x_zero: xz as i64,
+                y_zero: yz as i32,
+                scale,
+                signed: d == DType::I8,
+            }))
+        },
+    );
+}
