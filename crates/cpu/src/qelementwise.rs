@@ -7,7 +7,7 @@ use crate::qgemm::requantize;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
 use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
-use ferrolite_core::ops::quant::{DequantizeLinear, QuantizeLinear};
+use ferrolite_core::ops::quant::{DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear};
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
@@ -41,6 +41,72 @@ struct QuantizeKernel {
     scale: f32,
     zero: i32,
     signed: bool,
+    /// Compile the loops for AVX2 (an x86 ISA).
+    wide: bool,
+}
+
+/// `y = clamp(round_half_even(x / scale) + zero, lo, hi)`.
+#[allow(clippy::too_many_arguments)]
+fn quantize(
+    x: &[f32],
+    scale: f32,
+    zero: i32,
+    lo: i32,
+    hi: i32,
+    signed: bool,
+    y: &mut [u8],
+    wide: bool,
+) {
+    #[inline(always)]
+    fn body(x: &[f32], scale: f32, zero: i32, lo: i32, hi: i32, signed: bool, y: &mut [u8]) {
+        let mut v = [0f32; 256];
+        for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
+            let v = &mut v[..x.len()];
+            // Divided, as the spec (and numpy) computes it.
+            v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / scale);
+            requantize(v, zero, lo, hi, signed, y);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(x: &[f32], scale: f32, zero: i32, lo: i32, hi: i32, signed: bool, y: &mut [u8]) {
+        body(x, scale, zero, lo, hi, signed, y)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: `wide` is set only for the x86 ISAs, whose CPUs have AVX2.
+        return unsafe { avx2(x, scale, zero, lo, hi, signed, y) };
+    }
+    let _ = wide;
+    body(x, scale, zero, lo, hi, signed, y)
+}
+
+/// `y = (x - zero) * scale`.
+fn dequantize(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32], wide: bool) {
+    #[inline(always)]
+    fn body(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32]) {
+        if signed {
+            for (y, &b) in y.iter_mut().zip(x) {
+                *y = (b as i8 as i32 - zero) as f32 * scale;
+            }
+        } else {
+            for (y, &b) in y.iter_mut().zip(x) {
+                *y = (b as i32 - zero) as f32 * scale;
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32]) {
+        body(x, scale, zero, signed, y)
+    }
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: as in `quantize`.
+        return unsafe { avx2(x, scale, zero, signed, y) };
+    }
+    let _ = wide;
+    body(x, scale, zero, signed, y)
 }
 
 impl Kernel for QuantizeKernel {
@@ -51,15 +117,8 @@ impl Kernel for QuantizeKernel {
             .ok_or_else(|| OpError("no output".into()))?;
         op_ensure!(y.numel() == x.len(), "output size differs from the input's");
         let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
-        let one = |(x, y): (&[f32], &mut [u8])| {
-            let mut v = [0f32; 256];
-            for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
-                let v = &mut v[..x.len()];
-                // Divided, as the spec (and numpy) computes it.
-                v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / self.scale);
-                requantize(v, self.zero, lo, hi, self.signed, y);
-            }
-        };
+        let (scale, zero, signed, wide) = (self.scale, self.zero, self.signed, self.wide);
+        let one = |(x, y): (&[f32], &mut [u8])| quantize(x, scale, zero, lo, hi, signed, y, wide);
         let pairs = x.par_chunks(CHUNK).zip(y.bytes_mut().par_chunks_mut(CHUNK));
         pairs.for_each(one);
         Ok(())
@@ -75,6 +134,7 @@ struct DequantizeKernel {
     scale: f32,
     zero: i32,
     signed: bool,
+    wide: bool,
 }
 
 impl Kernel for DequantizeKernel {
@@ -85,13 +145,8 @@ impl Kernel for DequantizeKernel {
             .ok_or_else(|| OpError("no output".into()))?;
         let y = y.as_mut_slice::<f32>()?;
         op_ensure!(y.len() == x.len(), "output size differs from the input's");
-        let (s, z, signed) = (self.scale, self.zero, self.signed);
-        let one = |(x, y): (&[u8], &mut [f32])| {
-            for (y, &b) in y.iter_mut().zip(x) {
-                let v = if signed { b as i8 as i32 } else { b as i32 };
-                *y = (v - z) as f32 * s;
-            }
-        };
+        let (s, z, signed, wide) = (self.scale, self.zero, self.signed, self.wide);
+        let one = |(x, y): (&[u8], &mut [f32])| dequantize(x, s, z, signed, y, wide);
         x.par_chunks(CHUNK)
             .zip(y.par_chunks_mut(CHUNK))
             .for_each(one);
@@ -162,6 +217,52 @@ impl Kernel for QMaxPoolKernel {
     }
 }
 
+/// DynamicQuantizeLinear: the range pass and the quantizing pass vectorized, with the
+/// reference's f32 arithmetic (so the same scale, zero point and values).
+#[derive(Debug)]
+struct DynamicQuantizeKernel;
+
+impl Kernel for DynamicQuantizeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?.as_slice::<f32>()?;
+        op_ensure!(
+            outputs.len() == 3,
+            "DynamicQuantizeLinear has three outputs"
+        );
+        let (lo, hi) = x
+            .par_chunks(CHUNK)
+            .map(|c| {
+                c.iter()
+                    .fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)))
+            })
+            .reduce(|| (0.0, 0.0), |a, b| (a.0.min(b.0), a.1.max(b.1)));
+        let range = if hi == lo { 1.0 } else { hi - lo };
+        let scale = range / 255.0;
+        let zero = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even();
+        let (y, rest) = outputs.split_at_mut(1);
+        let y = &mut y[0];
+        op_ensure!(y.numel() == x.len(), "output size differs from the input's");
+        let one = |(x, y): (&[f32], &mut [u8])| {
+            let mut v = [0f32; 256];
+            for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
+                let v = &mut v[..x.len()];
+                v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / scale);
+                requantize(v, zero as i32, 0, 255, false, y);
+            }
+        };
+        x.par_chunks(CHUNK)
+            .zip(y.bytes_mut().par_chunks_mut(CHUNK))
+            .for_each(one);
+        rest[0].as_mut_slice::<f32>()?[0] = scale;
+        rest[1].bytes_mut()[0] = zero as u8;
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.dynamic_quantize"
+    }
+}
+
 fn eight_bit(d: DType) -> Option<bool> {
     match d {
         DType::I8 => Some(true),
@@ -171,6 +272,25 @@ fn eight_bit(d: DType) -> Option<bool> {
 }
 
 pub(crate) fn register(r: &mut Registry) {
+    r.add::<DynamicQuantizeLinear>(
+        "cpu.dynamic_quantize",
+        "DynamicQuantizeLinear",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |_, r| {
+            let x = r
+                .req
+                .inputs
+                .first()
+                .and_then(|i| i.as_ref())
+                .ok_or("needs an input")?;
+            if x.dtype != DType::F32 || r.req.outputs.len() != 3 {
+                return Err("needs f32 input".into());
+            }
+            Ok(Box::new(DynamicQuantizeKernel))
+        },
+    );
     r.add::<QuantizeLinear>(
         "cpu.quantize",
         "QuantizeLinear",
@@ -200,6 +320,7 @@ pub(crate) fn register(r: &mut Registry) {
                 scale,
                 zero,
                 signed,
+                wide: r.cx.isa.has_avx2(),
             }))
         },
     );
@@ -226,6 +347,7 @@ pub(crate) fn register(r: &mut Registry) {
                 scale,
                 zero,
                 signed,
+                wide: r.cx.isa.has_avx2(),
             }))
         },
     );

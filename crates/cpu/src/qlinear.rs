@@ -269,7 +269,9 @@ fn concat_tables(c: &QLinearConcat, r: &KernelRequest) -> Result<ConcatTables, S
             let all = all_values(dtype, 1)?;
             let args = [Some(y_s), Some(y_z), Some(&all), Some(x_s), x_z];
             // The values as one 1-D input: its table along axis 0.
-            let t = QLinearConcat { axis: 0 }.eval(&args).map_err(|e| e.to_string())?;
+            let t = QLinearConcat { axis: 0 }
+                .eval(&args)
+                .map_err(|e| e.to_string())?;
             Some(t.first().ok_or("no output")?.bytes().to_vec())
         });
     }

@@ -562,3 +562,34 @@ fn qlinear_table_kernels_match_reference() {
         assert!(names.iter().any(|k| k == n), "{n} not run: {names:?}");
     }
 }
+
+#[test]
+fn dynamic_quantize_matches_reference() {
+    use ferrolite_core::ops::quant::DynamicQuantizeLinear;
+    let op: Arc<dyn Op> = Arc::new(DynamicQuantizeLinear);
+    for (n, lo, hi) in [
+        (1usize, 0.5f32, 0.5f32),
+        (1000, -3.0, 7.0),
+        (100_000, 0.1, 9.0),
+        (77, -5.0, -1.0),
+    ] {
+        let x: Vec<f32> = (0..n)
+            .map(|i| lo + (hi - lo) * ((i * 7919) % n) as f32 / n as f32)
+            .collect();
+        let x = Tensor::from_vec(&[n], x).unwrap();
+        let refs = [Some(&x)];
+        let want = op.eval(&refs).unwrap();
+        for isa in Isa::available() {
+            let (k, outs) = kernel_for(&CpuBackend::new(isa), &op, &[Some(x.clone())], &[false]);
+            let mut got: Vec<Tensor> = outs
+                .iter()
+                .map(|o| Tensor::zeros(o.dtype, &o.shape).unwrap())
+                .collect();
+            k.run(&refs, &mut got).unwrap();
+            assert_eq!(k.name(), "cpu.dynamic_quantize");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.bytes(), w.bytes(), "{isa:?} n {n}");
+            }
+        }
+    }
+}
