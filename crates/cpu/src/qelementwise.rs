@@ -188,20 +188,23 @@ impl Kernel for QMaxPoolKernel {
             "output size differs from the plan"
         );
         let flip = self.flip;
+        // Per output row: the column-wise max of its window's input rows (contiguous, so it
+        // vectorizes), then the max along each output's window of that row.
         let plane = |(xp, yp): (&[u8], &mut [u8])| {
+            let mut rows = vec![0u8; iw];
             for oy in 0..oh {
                 let (hl, hh) = (self.h.lo[oy], self.h.hi[oy]);
+                rows.fill(0);
+                for kh in hl..hh {
+                    let iy = self.gh.tap(oy, kh) as usize;
+                    let src = &xp[iy * iw..(iy + 1) * iw];
+                    for (m, &v) in rows.iter_mut().zip(src) {
+                        *m = (*m).max(v ^ flip);
+                    }
+                }
                 for ox in 0..ow {
                     let (wl, wh) = (self.w.lo[ox], self.w.hi[ox]);
-                    let mut m = 0u8;
-                    for kh in hl..hh {
-                        let iy = (self.gh.tap(oy, kh)) as usize;
-                        let row = &xp[iy * iw..(iy + 1) * iw];
-                        for kw in wl..wh {
-                            let ix = self.gw.tap(ox, kw) as usize;
-                            m = m.max(row[ix] ^ flip);
-                        }
-                    }
+                    let m = (wl..wh).fold(0u8, |m, kw| m.max(rows[self.gw.tap(ox, kw) as usize]));
                     yp[oy * ow + ox] = m ^ flip;
                 }
             }
