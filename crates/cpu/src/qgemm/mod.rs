@@ -507,8 +507,6 @@ impl Product<'_> {
         for i in 0..rows {
             let m = m0 + i;
             let off = m * self.ldc + n0;
-            let acc = &mut acc[..cols];
-            acc.copy_from_slice(&tile[i * nr..i * nr + cols]);
             // The zero-point corrections: - zp[n] * rowsum[m] - zr[m] * colsum[n] + k zr zp,
             // with the terms constant along the row added once.
             let zr = match self.rows_zero {
@@ -516,6 +514,54 @@ impl Product<'_> {
                 Axis::Rows(v) => v[m],
                 Axis::Cols(_) => unreachable!("checked in run"),
             };
+            // The convolution's common case on AVX-512: corrections and scale constant along
+            // the row, requantized straight from the tile row.
+            #[cfg(target_arch = "x86_64")]
+            if let (
+                QPath::Avx512Vnni,
+                Axis::All(z),
+                0,
+                Sink::Quantized {
+                    ptr,
+                    signed,
+                    scale,
+                    zero_point,
+                    lo,
+                    hi,
+                },
+            ) = (r.path, self.panels_zero, zr, sink)
+            {
+                let s = match scale {
+                    Axis::All(s) => Some(s),
+                    Axis::Rows(s) => Some(s[m]),
+                    Axis::Cols(_) => None,
+                };
+                let b = match self.bias {
+                    None => Some(0),
+                    Some(Axis::All(b)) => Some(b),
+                    Some(Axis::Rows(b)) => Some(b[m]),
+                    Some(Axis::Cols(_)) => None,
+                };
+                if let (Some(s), Some(b)) = (s, b) {
+                    let add = -z * r.sums[m] + b;
+                    let row = &tile[i * nr..i * nr + cols];
+                    // SAFETY: (caller) the row's `cols` bytes at `off` are this task's; the
+                    // path exists only with AVX-512.
+                    x86::requantize_row_avx512(
+                        row,
+                        add,
+                        s,
+                        zero_point,
+                        lo,
+                        hi,
+                        signed,
+                        ptr.0.add(off),
+                    );
+                    continue;
+                }
+            }
+            let acc = &mut acc[..cols];
+            acc.copy_from_slice(&tile[i * nr..i * nr + cols]);
             let rsum = r.sums[m];
             let mut row_const = 0i32;
             match self.panels_zero {

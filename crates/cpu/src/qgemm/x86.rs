@@ -84,3 +84,44 @@ unsafe fn tile_vnni_impl<const ROWS_SIGNED: bool>(
         _mm512_storeu_si512(tile.add(r * VNNI_NR + 16) as *mut __m512i, acc[1]);
     }
 }
+
+/// `dst[j] = clamp(round_half_even((row[j] + add) * scale) + zero, lo, hi)` for up to 32
+/// values, stored as bytes (i8 when `signed`).
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VL; `dst` is valid for `row.len()` bytes.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub unsafe fn requantize_row_avx512(
+    row: &[i32],
+    add: i32,
+    scale: f32,
+    zero: i32,
+    lo: i32,
+    hi: i32,
+    signed: bool,
+    dst: *mut u8,
+) {
+    let _ = signed; // The clamp to [lo, hi] already fits the type: the low byte is the value.
+    let (vadd, vscale, vzero) = (
+        _mm512_set1_epi32(add),
+        _mm512_set1_ps(scale),
+        _mm512_set1_epi32(zero),
+    );
+    let (vlo, vhi) = (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi));
+    // Past 2^22 the result saturates anyway; clamping first keeps the conversion in range.
+    let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+    let mut j = 0;
+    while j < row.len() {
+        let n = (row.len() - j).min(16);
+        let mask: __mmask16 = ((1u32 << n) - 1) as u16;
+        let v = _mm512_maskz_loadu_epi32(mask, row.as_ptr().add(j));
+        let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, vadd)), vscale);
+        let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+        // Rounds half to even (the default rounding mode).
+        let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), vzero);
+        let q = _mm512_min_epi32(_mm512_max_epi32(q, vlo), vhi);
+        _mm_mask_storeu_epi8(dst.add(j) as *mut i8, mask, _mm512_cvtepi32_epi8(q));
+        j += n;
+    }
+}
