@@ -178,7 +178,22 @@ impl Packed {
                     Group::Pair => pairs[at] = v as i16,
                 }
             };
-            if src.cs == 1 || k == 1 {
+            if src.cs == 1 && path.group() == Group::Quad {
+                // Contiguous over k, 4 bytes at a time into the quad layout.
+                for lane in 0..lanes {
+                    let line = &src.data[(first + lane) * src.rs..][..k];
+                    let mut s = 0i32;
+                    for (q, quad) in line.chunks(4).enumerate() {
+                        let at = base + q * block * 4 + lane * 4;
+                        for (t, &x) in quad.iter().enumerate() {
+                            let b = x ^ src.flip;
+                            bytes[at + t] = b;
+                            s += if src.signed { b as i8 as i32 } else { b as i32 };
+                        }
+                    }
+                    sums[first + lane] = s;
+                }
+            } else if src.cs == 1 || k == 1 {
                 // Each row or column is contiguous over k.
                 for lane in 0..lanes {
                     let line = &src.data[(first + lane) * src.rs..][..k];
