@@ -172,10 +172,50 @@ pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
                 "memory   {}",
                 crate::bench::memory_text(&p.plan.memory_stats())
             );
+            println!("precision {}", precision_text(&p.graph));
         }
         Err(e) => println!("flops    n/a: {e}"),
     }
     Ok(())
+}
+
+/// How many optimized nodes compute on 8-bit integers (by op type) and how many in float: a
+/// node is integer when its data input or its output is 8-bit (QLinearConv, QGemm, MaxPool
+/// kept 8-bit by the quantize pass, ...), not counting the QuantizeLinear/DequantizeLinear
+/// conversions themselves.
+fn precision_text(g: &ferrolite::Graph) -> String {
+    use ferrolite::DType;
+    let eight = |d: DType| matches!(d, DType::U8 | DType::I8);
+    let dtype = |v: &ferrolite::core::ValueId| g.value(*v).info.as_ref().map(|i| i.dtype);
+    let mut integer: BTreeMap<&str, usize> = BTreeMap::new();
+    let (mut float, mut conversions) = (0, 0);
+    for n in &g.nodes {
+        let op = n.op.name();
+        if matches!(
+            op,
+            "QuantizeLinear" | "DequantizeLinear" | "DynamicQuantizeLinear"
+        ) {
+            conversions += 1;
+            continue;
+        }
+        let data_in = n.inputs.first().copied().flatten().and_then(|v| dtype(&v));
+        let out = n.outputs.first().and_then(dtype);
+        if data_in.is_some_and(eight) || out.is_some_and(eight) {
+            *integer.entry(op).or_default() += 1;
+        } else {
+            float += 1;
+        }
+    }
+    let list: Vec<String> = integer.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    let total: usize = integer.values().sum();
+    format!(
+        "{total} node(s) on 8-bit integers{}, {float} in float, {conversions} quantize/dequantize",
+        if list.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", list.join(", "))
+        }
+    )
 }
 
 fn shape_text(i: &ferrolite::IoInfo) -> String {

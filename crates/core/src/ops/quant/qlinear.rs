@@ -193,6 +193,12 @@ impl Op for QLinearConv {
         Ok(vec![TensorInfo::new(to, s.output_shape())])
     }
 
+    fn flops(&self, inputs: &[Option<TensorInfo>], outputs: &[TensorInfo]) -> u64 {
+        // The weights are input 3 (Conv's input 1).
+        let shifted = [None, inputs.get(3).cloned().flatten()];
+        crate::ops::linalg::conv::conv_flops(&shifted, outputs, self.group)
+    }
+
     fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
         let x = required(inputs, 0)?;
         let w = required(inputs, 3)?;
