@@ -269,35 +269,35 @@ impl QConvKernel {
         let n = oh * ow;
         buf.clear();
         buf.resize(cg * kh * kw * n, pad);
-        let mut row = 0;
-        for c in g * cg..(g + 1) * cg {
+        // Row r of the patch matrix: channel g * cg + r / (kh kw), tap (r / kw % kh, r % kw).
+        let fill = |(r, dst): (usize, &mut [u8])| {
+            let (c, ki, kj) = (g * cg + r / (kh * kw), r / kw % kh, r % kw);
             let plane = &x[c * ih * iw..(c + 1) * ih * iw];
-            for ki in 0..kh {
-                for kj in 0..kw {
-                    let dst = &mut buf[row * n..(row + 1) * n];
-                    // Output columns whose tap lands inside the row: ox in [lo, hi).
-                    let off = kj * dw;
-                    let lo = pw.saturating_sub(off).div_ceil(sw).min(ow);
-                    let hi = (iw + pw).saturating_sub(off).div_ceil(sw).clamp(lo, ow);
-                    for oy in 0..oh {
-                        let iy = (oy * sh + ki * dh).wrapping_sub(ph);
-                        if iy >= ih || lo == hi {
-                            continue;
-                        }
-                        let src = &plane[iy * iw..(iy + 1) * iw];
-                        let out = &mut dst[oy * ow + lo..oy * ow + hi];
-                        let first = lo * sw + off - pw;
-                        if sw == 1 {
-                            out.copy_from_slice(&src[first..first + out.len()]);
-                        } else {
-                            for (o, &v) in out.iter_mut().zip(src[first..].iter().step_by(sw)) {
-                                *o = v;
-                            }
-                        }
+            // Output columns whose tap lands inside the row: ox in [lo, hi).
+            let off = kj * dw;
+            let lo = pw.saturating_sub(off).div_ceil(sw).min(ow);
+            let hi = (iw + pw).saturating_sub(off).div_ceil(sw).clamp(lo, ow);
+            for oy in 0..oh {
+                let iy = (oy * sh + ki * dh).wrapping_sub(ph);
+                if iy >= ih || lo == hi {
+                    continue;
+                }
+                let src = &plane[iy * iw..(iy + 1) * iw];
+                let out = &mut dst[oy * ow + lo..oy * ow + hi];
+                let first = lo * sw + off - pw;
+                if sw == 1 {
+                    out.copy_from_slice(&src[first..first + out.len()]);
+                } else {
+                    for (o, &v) in out.iter_mut().zip(src[first..].iter().step_by(sw)) {
+                        *o = v;
                     }
-                    row += 1;
                 }
             }
+        };
+        if buf.len() >= 1 << 16 {
+            buf.par_chunks_mut(n.max(1)).enumerate().for_each(fill);
+        } else {
+            buf.chunks_mut(n.max(1)).enumerate().for_each(fill);
         }
     }
 

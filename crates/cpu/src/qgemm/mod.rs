@@ -92,6 +92,9 @@ impl QPath {
     }
 }
 
+/// Operands of at least this many bytes are packed over the rayon threads.
+const PARALLEL_PACK: usize = 1 << 16;
+
 /// Largest `k`: beyond it, 255 * 128 * k could overflow the i32 accumulators.
 pub const MAX_K: usize = 1 << 16;
 
@@ -260,15 +263,29 @@ impl Packed {
                 let kq = k.div_ceil(4);
                 bytes.resize(panels * kq * nr * 4, 0u8);
                 let pad = vec![flip; n];
-                for q in 0..kq {
-                    let rows: [&[u8]; 4] =
-                        std::array::from_fn(|t| if 4 * q + t < k { row(4 * q + t) } else { &pad });
-                    for jp in 0..panels {
-                        let dst = &mut bytes[(jp * kq + q) * nr * 4..][..nr * 4];
-                        let lanes = nr.min(n - jp * nr);
-                        let r = rows.map(|r| &r[jp * nr..jp * nr + lanes]);
-                        interleave4(r, flip, &mut dst[..lanes * 4]);
+                // One panel per task: its kq quads are contiguous.
+                let panel = |(jp, dst): (usize, &mut [u8])| {
+                    let lanes = nr.min(n - jp * nr);
+                    for (q, dst) in dst.chunks_exact_mut(nr * 4).enumerate() {
+                        let rows: [&[u8]; 4] = std::array::from_fn(|t| {
+                            let r = if 4 * q + t < k {
+                                row(4 * q + t)
+                            } else {
+                                &pad[..]
+                            };
+                            &r[jp * nr..jp * nr + lanes]
+                        });
+                        interleave4(rows, flip, &mut dst[..lanes * 4]);
                     }
+                };
+                let chunks = bytes.par_chunks_mut((kq * nr * 4).max(1)).enumerate();
+                if k * n >= PARALLEL_PACK {
+                    chunks.for_each(panel);
+                } else {
+                    bytes
+                        .chunks_mut((kq * nr * 4).max(1))
+                        .enumerate()
+                        .for_each(panel);
                 }
             }
             Group::Pair => {
