@@ -382,13 +382,7 @@ impl QConvKernel {
         let (yz, ys) = (self.y.zero[0], self.y.signed);
         let one = |(i, (out, a)): (usize, (&mut [u8], &[f32]))| {
             let c = i % channels;
-            let (bias, mult) = (self.bias[c], self.mult[c]);
-            let mut vals = [0f32; 256];
-            for (out, a) in out.chunks_mut(256).zip(a.chunks(256)) {
-                let v = &mut vals[..a.len()];
-                rescale(a, bias, mult, v, avx2);
-                requantize(v, yz, lo, hi, ys, out);
-            }
+            requantize_sums(a, self.bias[c], self.mult[c], (yz, lo, hi, ys), out, avx2);
         };
         let pairs = y.par_chunks_mut(plane).zip(sums.par_chunks(plane));
         pairs.enumerate().for_each(one);
@@ -426,27 +420,40 @@ fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32], avx2: bool) {
     body(x, signed, zero, out)
 }
 
-/// `out = (sum + bias) * mult`, the sum being an exact integer in f32 (a bias past 2^24 rounds
-/// there, far below the final rounding).
-fn rescale(sum: &[f32], bias: i32, mult: f32, out: &mut [f32], avx2: bool) {
+/// `out = requantize((sum + bias) * mult)`, the sum being an exact integer in f32 (a bias past
+/// 2^24 rounds there, far below the final rounding); `(zero, lo, hi, signed)` of the output.
+fn requantize_sums(
+    sum: &[f32],
+    bias: i32,
+    mult: f32,
+    (zero, lo, hi, signed): (i32, i32, i32, bool),
+    out: &mut [u8],
+    avx2: bool,
+) {
     #[inline(always)]
-    fn body(sum: &[f32], bias: i32, mult: f32, out: &mut [f32]) {
-        for (o, &a) in out.iter_mut().zip(sum) {
-            *o = (a + bias as f32) * mult;
+    fn body(sum: &[f32], bias: f32, mult: f32, q: (i32, i32, i32, bool), out: &mut [u8]) {
+        let mut vals = [0f32; 256];
+        for (out, a) in out.chunks_mut(256).zip(sum.chunks(256)) {
+            let v = &mut vals[..a.len()];
+            for (o, &a) in v.iter_mut().zip(a) {
+                *o = (a + bias) * mult;
+            }
+            requantize(v, q.0, q.1, q.2, q.3, out);
         }
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn wide(sum: &[f32], bias: i32, mult: f32, out: &mut [f32]) {
-        body(sum, bias, mult, out)
+    unsafe fn wide(sum: &[f32], bias: f32, mult: f32, q: (i32, i32, i32, bool), out: &mut [u8]) {
+        body(sum, bias, mult, q, out)
     }
+    let q = (zero, lo, hi, signed);
     #[cfg(target_arch = "x86_64")]
     if avx2 {
         // SAFETY: as in `centered`.
-        return unsafe { wide(sum, bias, mult, out) };
+        return unsafe { wide(sum, bias as f32, mult, q, out) };
     }
     let _ = avx2;
-    body(sum, bias, mult, out)
+    body(sum, bias as f32, mult, q, out)
 }
 
 impl Kernel for QConvKernel {
