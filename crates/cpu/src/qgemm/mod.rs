@@ -532,6 +532,62 @@ impl Product<'_> {
         let k = r.k as i32;
         let rows = (r.len - m0).min(r.path.tile().0);
         let cols = (p.len - n0).min(nr);
+        // The convolution's common case on AVX-512: weights without zero points, one
+        // activation zero point, bias and scale per row, so the corrections and the scale are
+        // constant along each row: rows requantized straight from the tile.
+        #[cfg(target_arch = "x86_64")]
+        if let (
+            QPath::Avx512Vnni,
+            Axis::All(z),
+            Sink::Quantized {
+                ptr,
+                signed,
+                scale,
+                zero_point,
+                lo,
+                hi,
+            },
+        ) = (r.path, self.panels_zero, sink)
+        {
+            let no_row_zero = match self.rows_zero {
+                Axis::All(v) => v == 0,
+                Axis::Rows(v) => v[m0..m0 + rows].iter().all(|&v| v == 0),
+                Axis::Cols(_) => false,
+            };
+            let per_row =
+                !matches!(scale, Axis::Cols(_)) && !matches!(self.bias, Some(Axis::Cols(_)));
+            if no_row_zero && per_row {
+                for i in 0..rows {
+                    let m = m0 + i;
+                    let s = match scale {
+                        Axis::All(s) => s,
+                        Axis::Rows(s) => s[m],
+                        Axis::Cols(_) => unreachable!("checked above"),
+                    };
+                    let b = match self.bias {
+                        None => 0,
+                        Some(Axis::All(b)) => b,
+                        Some(Axis::Rows(b)) => b[m],
+                        Some(Axis::Cols(_)) => unreachable!("checked above"),
+                    };
+                    let row = &tile[i * nr..i * nr + cols];
+                    let dst = ptr.0.add(m * self.ldc + n0);
+                    // SAFETY: (caller) the row's `cols` bytes at `dst` are this task's; the
+                    // path exists only with AVX-512.
+                    x86::requantize_row_avx512(
+                        row,
+                        b - z * r.sums[m],
+                        s,
+                        zero_point,
+                        lo,
+                        hi,
+                        signed,
+                        dst,
+                    );
+                }
+                return;
+            }
+        }
         let mut acc = [0i32; 64];
         let mut vals = [0f32; 64];
         // Present whenever a row zero point is not zero (checked in `run`).
@@ -546,52 +602,6 @@ impl Product<'_> {
                 Axis::Rows(v) => v[m],
                 Axis::Cols(_) => unreachable!("checked in run"),
             };
-            // The convolution's common case on AVX-512: corrections and scale constant along
-            // the row, requantized straight from the tile row.
-            #[cfg(target_arch = "x86_64")]
-            if let (
-                QPath::Avx512Vnni,
-                Axis::All(z),
-                0,
-                Sink::Quantized {
-                    ptr,
-                    signed,
-                    scale,
-                    zero_point,
-                    lo,
-                    hi,
-                },
-            ) = (r.path, self.panels_zero, zr, sink)
-            {
-                let s = match scale {
-                    Axis::All(s) => Some(s),
-                    Axis::Rows(s) => Some(s[m]),
-                    Axis::Cols(_) => None,
-                };
-                let b = match self.bias {
-                    None => Some(0),
-                    Some(Axis::All(b)) => Some(b),
-                    Some(Axis::Rows(b)) => Some(b[m]),
-                    Some(Axis::Cols(_)) => None,
-                };
-                if let (Some(s), Some(b)) = (s, b) {
-                    let add = -z * r.sums[m] + b;
-                    let row = &tile[i * nr..i * nr + cols];
-                    // SAFETY: (caller) the row's `cols` bytes at `off` are this task's; the
-                    // path exists only with AVX-512.
-                    x86::requantize_row_avx512(
-                        row,
-                        add,
-                        s,
-                        zero_point,
-                        lo,
-                        hi,
-                        signed,
-                        ptr.0.add(off),
-                    );
-                    continue;
-                }
-            }
             let acc = &mut acc[..cols];
             acc.copy_from_slice(&tile[i * nr..i * nr + cols]);
             let rsum = r.sums[m];
