@@ -42,6 +42,31 @@ pub struct QMatMulKernel {
     name: &'static str,
 }
 
+/// The constant B (`[k, n]`, or `[n, k]` when `transposed`) flipped to s8 and packed as
+/// column panels, with its per-column zero points as the GEMM sees them.
+fn pack_weights(
+    path: QPath,
+    b: &Tensor,
+    (k, n): (usize, usize),
+    transposed: bool,
+    bq: &QParams,
+) -> Result<(Packed, Vec<i32>), String> {
+    let (rs, cs) = if transposed { (k, 1) } else { (1, n) };
+    let source = Source {
+        data: b.bytes(),
+        rs,
+        cs,
+        flip: if bq.signed { 0 } else { 0x80 },
+        signed: true,
+    };
+    let packed = Packed::new(path, Side::Panels, k, n, source).map_err(|e| e.to_string())?;
+    let zero = per_column(&bq.zero, n)
+        .into_iter()
+        .map(|z| if bq.signed { z } else { z - 128 })
+        .collect();
+    Ok((packed, zero))
+}
+
 /// Per-column values from one or `n`.
 fn per_column(v: &[i32], n: usize) -> Vec<i32> {
     (0..n)
@@ -133,24 +158,7 @@ impl QMatMulKernel {
             return Err("needs one zero point for A".into());
         }
         let path = QPath::for_isa(isa);
-        let packed = Packed::new(
-            path,
-            Side::Panels,
-            k,
-            n,
-            Source {
-                data: b_val.bytes(),
-                rs: 1,
-                cs: n,
-                flip: if bq.signed { 0 } else { 0x80 },
-                signed: true,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        let b_zero = per_column(&bq.zero, n)
-            .into_iter()
-            .map(|z| if bq.signed { z } else { z - 128 })
-            .collect();
+        let (packed, b_zero) = pack_weights(path, b_val, (k, n), false, &bq)?;
         let a_zero = if aq.signed {
             aq.zero[0] + 128
         } else {
@@ -220,25 +228,7 @@ impl QMatMulKernel {
             }
         };
         let path = QPath::for_isa(isa);
-        let (rs, cs) = if g.trans_b { (k, 1) } else { (1, n) };
-        let packed = Packed::new(
-            path,
-            Side::Panels,
-            k,
-            n,
-            Source {
-                data: b_val.bytes(),
-                rs,
-                cs,
-                flip: if bq.signed { 0 } else { 0x80 },
-                signed: true,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        let b_zero = per_column(&bq.zero, n)
-            .into_iter()
-            .map(|z| if bq.signed { z } else { z - 128 })
-            .collect();
+        let (packed, b_zero) = pack_weights(path, b_val, (k, n), g.trans_b, &bq)?;
         Ok(QMatMulKernel {
             path,
             a_shape: ai.shape.to_vec(),
