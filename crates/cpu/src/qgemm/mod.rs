@@ -43,6 +43,8 @@ pub enum QPath {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Group {
     Quad,
+    /// The AVX2 path's (x86 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Pair,
 }
 
@@ -673,6 +675,8 @@ impl Product<'_> {
 /// `out[4 l + t] = rows[t][l] ^ flip`: four rows' bytes interleaved, the quad layout.
 fn interleave4(rows: [&[u8]; 4], flip: u8, out: &mut [u8]) {
     let n = out.len() / 4;
+    // Where the vector loop stopped (only x86 has one).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     {
