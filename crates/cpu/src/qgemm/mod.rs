@@ -34,6 +34,10 @@ pub enum QPath {
     /// AVX2 `vpmaddwd` on i16 pairs (exact, no 16-bit saturation).
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// AVX-VNNI `vpdpbusd` on byte quads, 256-bit (VEX-encoded; CPUs with AVX-VNNI but no
+    /// AVX-512 VNNI, and sessions whose ISA is avx2 on CPUs with both).
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
     /// AVX-512 VNNI `vpdpbusd` on byte quads, 512-bit.
     #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
@@ -49,28 +53,45 @@ enum Group {
 }
 
 impl QPath {
-    /// The path of a session's ISA: VNNI where the ISA is AVX-512 and the CPU has VNNI.
+    /// The path of a session's ISA: the widest VNNI the ISA's registers allow where the CPU
+    /// has it, else AVX2's exact `vpmaddwd`.
     pub fn for_isa(isa: Isa) -> QPath {
+        #[cfg(target_arch = "x86_64")]
+        let avx_vnni = || std::arch::is_x86_feature_detected!("avxvnni");
         match isa {
             Isa::Portable => QPath::Portable,
             #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma if avx_vnni() => QPath::AvxVnni,
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx2Fma => QPath::Avx2,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                if std::arch::is_x86_feature_detected!("avx512vnni") {
-                    QPath::Avx512Vnni
-                } else {
-                    QPath::Avx2
-                }
-            }
+            Isa::Avx512 if std::arch::is_x86_feature_detected!("avx512vnni") => QPath::Avx512Vnni,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if avx_vnni() => QPath::AvxVnni,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => QPath::Avx2,
         }
     }
 
-    /// Every path this CPU can run (the tests run each).
+    /// Every path this CPU can run, whether or not an ISA maps to it (the GEMM tests run
+    /// each; the kernel tests run each ISA's).
     #[cfg(test)]
     pub fn available() -> Vec<QPath> {
-        let mut v: Vec<QPath> = Isa::available().into_iter().map(QPath::for_isa).collect();
-        v.dedup();
+        #[allow(unused_mut)]
+        let mut v = vec![QPath::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let isas = Isa::available();
+            if isas.iter().any(|i| i.has_avx2()) {
+                v.push(QPath::Avx2);
+                if std::arch::is_x86_feature_detected!("avxvnni") {
+                    v.push(QPath::AvxVnni);
+                }
+            }
+            if isas.iter().any(|&i| QPath::for_isa(i) == QPath::Avx512Vnni) {
+                v.push(QPath::Avx512Vnni);
+            }
+        }
         v
     }
 
@@ -80,6 +101,8 @@ impl QPath {
             QPath::Portable => (4, 8),
             #[cfg(target_arch = "x86_64")]
             QPath::Avx2 => (x86::AVX2_MR, x86::AVX2_NR),
+            #[cfg(target_arch = "x86_64")]
+            QPath::AvxVnni => (x86::AVX_VNNI_MR, x86::AVX_VNNI_NR),
             #[cfg(target_arch = "x86_64")]
             QPath::Avx512Vnni => (x86::VNNI_MR, x86::VNNI_NR),
         }
@@ -486,6 +509,8 @@ impl Product<'_> {
                 match r.path {
                     #[cfg(target_arch = "x86_64")]
                     QPath::Avx512Vnni => x86::tile_vnni(rb, pb, kq, r.signed, tile),
+                    #[cfg(target_arch = "x86_64")]
+                    QPath::AvxVnni => x86::tile_avx_vnni(rb, pb, kq, r.signed, tile),
                     _ => tile_portable(rb, pb, kq, mr, nr, r.signed, tile),
                 }
             }
@@ -511,7 +536,9 @@ impl Product<'_> {
             // SAFETY: these paths exist only on CPUs with AVX2 and FMA; the caller's contract
             // carries over.
             #[cfg(target_arch = "x86_64")]
-            QPath::Avx2 | QPath::Avx512Vnni => self.epilogue_avx2(m0, n0, tile, nr, sink),
+            QPath::Avx2 | QPath::AvxVnni | QPath::Avx512Vnni => {
+                self.epilogue_avx2(m0, n0, tile, nr, sink)
+            }
             QPath::Portable => self.epilogue_body(m0, n0, tile, nr, sink),
         }
     }

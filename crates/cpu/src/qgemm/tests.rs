@@ -341,3 +341,33 @@ fn mismatched_operands_are_errors() {
         "both signed"
     );
 }
+
+/// The GEMM tests above cover every path the CPU has: list them, and check the list follows
+/// the CPU's features.
+#[test]
+fn available_paths_follow_the_cpu() {
+    let paths = QPath::available();
+    eprintln!("integer GEMM paths tested: {paths:?}");
+    assert_eq!(paths[0], QPath::Portable);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let has = |f: &str| match f {
+            "avx2" => std::arch::is_x86_feature_detected!("avx2"),
+            "avxvnni" => std::arch::is_x86_feature_detected!("avxvnni"),
+            _ => std::arch::is_x86_feature_detected!("avx512vnni"),
+        };
+        assert_eq!(
+            paths.contains(&QPath::Avx2),
+            has("avx2") && Isa::available().len() > 1
+        );
+        assert_eq!(
+            paths.contains(&QPath::AvxVnni),
+            paths.contains(&QPath::Avx2) && has("avxvnni")
+        );
+        let avx512 = Isa::available().contains(&Isa::Avx512);
+        assert_eq!(
+            paths.contains(&QPath::Avx512Vnni),
+            avx512 && has("avx512vnni")
+        );
+    }
+}
