@@ -115,12 +115,23 @@ enum Strategy {
         groups: Vec<Packed>,
         pointwise: bool,
     },
-    /// The f32 depthwise kernel on integer values; the weights as integer-valued f32.
-    Depthwise {
-        kernel: Box<DepthwiseKernel>,
-        weights: Tensor,
-    },
+    /// The f32 depthwise kernel on integer values, a few channels at a time (so the f32
+    /// copies stay small and in cache).
+    Depthwise(Vec<DepthwiseChunk>),
 }
+
+/// Channels `first..first + count` of a depthwise convolution: the f32 kernel for one image of
+/// them, and their weights as integer-valued f32 (`w - w_zero`).
+#[derive(Debug)]
+struct DepthwiseChunk {
+    first: usize,
+    count: usize,
+    kernel: DepthwiseKernel,
+    weights: Tensor,
+}
+
+/// f32 values per depthwise chunk: about 64 KiB of input, a multiple of 8 channels.
+const DEPTHWISE_CHUNK_VALUES: usize = 1 << 14;
 
 #[derive(Debug)]
 pub struct QConvKernel {
@@ -208,13 +219,30 @@ impl QConvKernel {
                     (v - z) as f32
                 })
                 .collect();
-            let weights = Tensor::from_vec(wi.shape, wf).map_err(|e| e.to_string())?;
-            let kernel = DepthwiseKernel::new(isa, &s, None, xi.shape, wi.shape, Some(&weights))
-                .ok_or("needs a depthwise shape the f32 depthwise kernel takes")?;
-            Strategy::Depthwise {
-                kernel: Box::new(kernel),
-                weights,
+            let plane: usize = xi.shape[2..].iter().product::<usize>().max(1);
+            let per = (DEPTHWISE_CHUNK_VALUES / plane)
+                .next_multiple_of(8)
+                .clamp(8, m.max(8));
+            let mut chunks = Vec::new();
+            for first in (0..m).step_by(per) {
+                let count = per.min(m - first);
+                let x_shape = [&[1, count][..], &xi.shape[2..]].concat();
+                let w_shape = [&[count][..], &wi.shape[1..]].concat();
+                let cs = ConvShapes::new(&c.params, count, &x_shape, &w_shape)
+                    .map_err(|e| e.to_string())?;
+                let part = wf[first * taps..(first + count) * taps].to_vec();
+                let weights = Tensor::from_vec(&w_shape, part).map_err(|e| e.to_string())?;
+                let kernel =
+                    DepthwiseKernel::new(isa, &cs, None, &x_shape, &w_shape, Some(&weights))
+                        .ok_or("needs a depthwise shape the f32 depthwise kernel takes")?;
+                chunks.push(DepthwiseChunk {
+                    first,
+                    count,
+                    kernel,
+                    weights,
+                });
             }
+            Strategy::Depthwise(chunks)
         } else {
             let mg = m / s.group;
             let groups = (0..s.group)
@@ -356,38 +384,42 @@ impl QConvKernel {
         Ok(())
     }
 
-    fn run_depthwise(
-        &self,
-        kernel: &DepthwiseKernel,
-        weights: &Tensor,
-        x: &[u8],
-        y: &mut [u8],
-    ) -> OpResult<()> {
-        // This thread's buffers, shared by every depthwise layer and kept between runs.
-        let [xs, accs] = crate::scratch::with_taken(&DEPTHWISE_SCRATCH, std::mem::take);
-        let mut xt = Tensor::with_storage(DType::F32, &self.x_shape, xs)?;
-        let acc = Tensor::with_storage(DType::F32, &self.y_shape, accs)?;
-        let (xz, signed, avx2) = (self.x.zero[0], self.x.signed, self.path != QPath::Portable);
-        let xf = xt.as_mut_slice::<f32>()?;
-        x.par_chunks(1 << 14)
-            .zip(xf.par_chunks_mut(1 << 14))
-            .for_each(|(x, xf)| centered(x, signed, xz, xf, avx2));
-        let mut outs = [acc];
-        kernel.run(&[Some(&xt), Some(weights), None], &mut outs)?;
-        let [acc] = outs;
-        let sums = acc.as_slice::<f32>()?;
-        let plane: usize = self.y_shape[2..].iter().product::<usize>().max(1);
+    fn run_depthwise(&self, chunks: &[DepthwiseChunk], x: &[u8], y: &mut [u8]) -> OpResult<()> {
+        let in_plane: usize = self.x_shape[2..].iter().product();
+        let out_plane: usize = self.y_shape[2..].iter().product();
         let channels = self.s.out_channels;
+        let (xz, signed, avx2) = (self.x.zero[0], self.x.signed, self.path != QPath::Portable);
         let (lo, hi) = range(self.y.signed);
-        let (yz, ys) = (self.y.zero[0], self.y.signed);
-        let one = |(i, (out, a)): (usize, (&mut [u8], &[f32]))| {
-            let c = i % channels;
-            requantize_sums(a, self.bias[c], self.mult[c], (yz, lo, hi, ys), out, avx2);
-        };
-        let pairs = y.par_chunks_mut(plane).zip(sums.par_chunks(plane));
-        pairs.enumerate().for_each(one);
-        let kept = [xt.into_storage(), acc.into_storage()];
-        crate::scratch::with_taken(&DEPTHWISE_SCRATCH, |s| *s = kept);
+        let q = (self.y.zero[0], lo, hi, self.y.signed);
+        // This thread's buffers, shared by every depthwise layer and kept between runs.
+        let [mut xs, mut accs] = crate::scratch::with_taken(&DEPTHWISE_SCRATCH, std::mem::take);
+        for b in 0..self.s.batch {
+            for ch in chunks {
+                let x_shape = [&[1, ch.count][..], &self.x_shape[2..]].concat();
+                let y_shape = [&[1, ch.count][..], &self.y_shape[2..]].concat();
+                let mut xt = Tensor::with_storage(DType::F32, &x_shape, xs.take())?;
+                let acc = Tensor::with_storage(DType::F32, &y_shape, accs.take())?;
+                let base = b * channels + ch.first;
+                let src = &x[base * in_plane..(base + ch.count) * in_plane];
+                centered(src, signed, xz, xt.as_mut_slice::<f32>()?, avx2);
+                let mut outs = [acc];
+                ch.kernel
+                    .run(&[Some(&xt), Some(&ch.weights), None], &mut outs)?;
+                let [acc] = outs;
+                let sums = acc.as_slice::<f32>()?;
+                let dst = &mut y[base * out_plane..(base + ch.count) * out_plane];
+                let planes = dst
+                    .chunks_mut(out_plane.max(1))
+                    .zip(sums.chunks(out_plane.max(1)));
+                for (i, (out, a)) in planes.enumerate() {
+                    let c = ch.first + i;
+                    requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
+                }
+                xs = xt.into_storage();
+                accs = acc.into_storage();
+            }
+        }
+        crate::scratch::with_taken(&DEPTHWISE_SCRATCH, |s| *s = [xs, accs]);
         Ok(())
     }
 }
@@ -478,14 +510,14 @@ impl Kernel for QConvKernel {
         let yb = y.bytes_mut();
         match &self.strategy {
             Strategy::Gemm { groups, pointwise } => self.run_gemm(groups, *pointwise, xb, yb),
-            Strategy::Depthwise { kernel, weights } => self.run_depthwise(kernel, weights, xb, yb),
+            Strategy::Depthwise(chunks) => self.run_depthwise(chunks, xb, yb),
         }
     }
 
     fn name(&self) -> &str {
         match self.strategy {
             Strategy::Gemm { .. } => "cpu.qconv.gemm",
-            Strategy::Depthwise { .. } => "cpu.qconv.depthwise",
+            Strategy::Depthwise(_) => "cpu.qconv.depthwise",
         }
     }
 }

@@ -147,6 +147,12 @@ fn cases() -> Vec<Case> {
             pads: &[1, 1, 1, 1],
             ..case(&[1, 64, 14, 14], &[70, 64, 3, 3])
         },
+        // Depthwise over several channel chunks (16 + 8 channels of 40x40), two images.
+        Case {
+            group: 24,
+            pads: &[1, 1, 1, 1],
+            ..case(&[2, 24, 40, 40], &[24, 1, 3, 3])
+        },
     ]
 }
 
