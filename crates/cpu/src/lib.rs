@@ -27,6 +27,7 @@ mod qelementwise;
 pub(crate) mod qgemm;
 mod qlinear;
 mod qmatmul;
+mod qparams;
 mod reduce;
 mod resize;
 mod scratch;

@@ -11,6 +11,7 @@
 use crate::backend::{constant, shape, Registry};
 use crate::depthwise::DepthwiseKernel;
 use crate::qgemm::{requantize, Axis, Out, Packed, Product, QPath, Side, Source};
+use crate::qparams::{qparams, QParams};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
@@ -19,58 +20,6 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
-
-/// A quantized operand's parameters as the kernels use them.
-#[derive(Clone, Debug)]
-pub(crate) struct QParams {
-    pub signed: bool,
-    pub scale: Vec<f32>,
-    pub zero: Vec<i32>,
-}
-
-/// The scale and zero point of inputs `s` and `z` (constants), for a tensor of `dtype`, with
-/// `len` values allowed besides one.
-pub(crate) fn qparams(
-    r: &ferrolite_core::plan::KernelRequest,
-    dtype: DType,
-    s: usize,
-    z: usize,
-    len: usize,
-) -> Result<QParams, String> {
-    let signed = match dtype {
-        DType::I8 => true,
-        DType::U8 => false,
-        d => return Err(format!("needs 8-bit integers, not {d}")),
-    };
-    let scale_t = constant(r, s).ok_or("needs constant scales")?;
-    if scale_t.dtype() != DType::F32 {
-        return Err("needs f32 scales".into());
-    }
-    let scale: Vec<f32> = scale_t
-        .as_slice::<f32>()
-        .map_err(|e| e.to_string())?
-        .to_vec();
-    let zero: Vec<i32> = match r.inputs.get(z).and_then(|i| i.as_ref()) {
-        None => vec![0],
-        Some(_) => {
-            let t = constant(r, z).ok_or("needs constant zero points")?;
-            if t.dtype() != dtype {
-                return Err(format!("needs {dtype} zero points"));
-            }
-            t.to_i64_vec().iter().map(|&v| v as i32).collect()
-        }
-    };
-    for n in [scale.len(), zero.len()] {
-        if n != 1 && n != len {
-            return Err(format!("needs 1 or {len} scales and zero points"));
-        }
-    }
-    Ok(QParams {
-        signed,
-        scale,
-        zero,
-    })
-}
 
 /// What flipping does to a zero point: the kernels see activations as u8 and weights as s8.
 fn flipped_zero(z: i32, signed: bool, want_signed: bool) -> i32 {

@@ -1,9 +1,10 @@
 //! The cheap ops around the integer kernels: QuantizeLinear and DequantizeLinear per tensor
 //! (f32 and 8-bit), and MaxPool on 8-bit values (the quantize pass keeps them 8-bit).
 
-use crate::backend::{constant, Registry};
+use crate::backend::Registry;
 use crate::pool::AxisPlan;
 use crate::qgemm::requantize;
+use crate::qparams::{qparams, signed};
 use ferrolite_core::op::required;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
 use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
@@ -16,24 +17,10 @@ use rayon::prelude::*;
 /// Elements per rayon task of the element-wise loops.
 const CHUNK: usize = 1 << 14;
 
-/// A one-element constant f32 scale and an 8-bit zero point (absent: u8 0) at slots 1, 2.
-fn per_tensor(r: &KernelRequest, data_dtype: DType) -> Result<(f32, i32, bool), String> {
-    let s = constant(r, 1).ok_or("needs a constant scale")?;
-    if s.numel() != 1 || s.dtype() != DType::F32 {
-        return Err("needs one f32 scale".into());
-    }
-    let scale = s.as_slice::<f32>().map_err(|e| e.to_string())?[0];
-    let (zero, signed) = match r.inputs.get(2).and_then(|i| i.as_ref()) {
-        None => (0, data_dtype == DType::I8),
-        Some(_) => {
-            let z = constant(r, 2).ok_or("needs a constant zero point")?;
-            if z.numel() != 1 || !matches!(z.dtype(), DType::U8 | DType::I8) {
-                return Err("needs one 8-bit zero point".into());
-            }
-            (z.to_i64_vec()[0] as i32, z.dtype() == DType::I8)
-        }
-    };
-    Ok((scale, zero, signed))
+/// The one f32 scale and 8-bit zero point at slots 1 and 2 of a tensor of `dtype`.
+fn per_tensor(r: &KernelRequest, dtype: DType) -> Result<(f32, i32, bool), String> {
+    let q = qparams(r, dtype, 1, 2, 1)?;
+    Ok((q.scale[0], q.zero[0], q.signed))
 }
 
 #[derive(Debug)]
@@ -266,14 +253,6 @@ impl Kernel for DynamicQuantizeKernel {
     }
 }
 
-fn eight_bit(d: DType) -> Option<bool> {
-    match d {
-        DType::I8 => Some(true),
-        DType::U8 => Some(false),
-        _ => None,
-    }
-}
-
 pub(crate) fn register(r: &mut Registry) {
     r.add::<DynamicQuantizeLinear>(
         "cpu.dynamic_quantize",
@@ -309,7 +288,7 @@ pub(crate) fn register(r: &mut Registry) {
                 .ok_or("needs an input")?;
             let out = r.req.outputs.first().ok_or("needs an output")?;
             if x.dtype != DType::F32
-                || eight_bit(out.dtype).is_none()
+                || signed(out.dtype).is_err()
                 || q.block_size != 0
                 || !q.saturate
             {
@@ -340,7 +319,7 @@ pub(crate) fn register(r: &mut Registry) {
                 .first()
                 .and_then(|i| i.as_ref())
                 .ok_or("needs an input")?;
-            let signed = eight_bit(x.dtype).ok_or("needs 8-bit input")?;
+            let signed = signed(x.dtype)?;
             let out = r.req.outputs.first().ok_or("needs an output")?;
             if out.dtype != DType::F32 || d.block_size != 0 {
                 return Err("needs an f32 output, per tensor".into());
@@ -367,7 +346,7 @@ pub(crate) fn register(r: &mut Registry) {
                 .first()
                 .and_then(|i| i.as_ref())
                 .ok_or("needs an input")?;
-            let signed = eight_bit(x.dtype).ok_or("needs 8-bit input")?;
+            let signed = signed(x.dtype)?;
             if p.kind != PoolKind::Max
                 || p.with_indices
                 || x.shape.len() != 4

@@ -8,6 +8,7 @@
 //! kernels are exactly the reference, rounding included, at a table lookup per element.
 
 use crate::backend::{constant, Registry};
+use crate::qparams::qparams;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::quant::{
     QLinearAdd, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul,
@@ -366,19 +367,6 @@ impl Kernel for QGlobalAverage {
     }
 }
 
-fn scalar(r: &KernelRequest, i: usize) -> Result<f64, String> {
-    match &r.inputs.get(i).and_then(|v| v.as_ref()) {
-        None => Ok(0.0),
-        Some(_) => {
-            let t = constant(r, i).ok_or_else(|| format!("needs a constant input {i}"))?;
-            if t.numel() != 1 {
-                return Err(format!("needs one value at input {i}"));
-            }
-            Ok(t.to_f64_vec()[0])
-        }
-    }
-}
-
 pub(crate) fn register(r: &mut Registry) {
     r.add::<QLinearSigmoid>(
         "cpu.qsigmoid",
@@ -433,18 +421,13 @@ pub(crate) fn register(r: &mut Registry) {
                 return Err("needs channels-first input of rank 3 or more".into());
             }
             let image: usize = x.shape[2..].iter().product();
-            let (xs, xz, ys, yz) = (
-                scalar(r.req, 1)?,
-                scalar(r.req, 2)?,
-                scalar(r.req, 3)?,
-                scalar(r.req, 4)?,
-            );
+            let (xq, yq) = (qparams(r.req, d, 1, 2, 1)?, qparams(r.req, d, 3, 4, 1)?);
             // The reference's f32 order: x_scale / (y_scale * image).
-            let scale = xs as f32 / (ys as f32 * image as f32);
+            let scale = xq.scale[0] / (yq.scale[0] * image as f32);
             Ok(Box::new(QGlobalAverage {
                 image,
-                x_zero: xz as i64,
-                y_zero: yz as i32,
+                x_zero: xq.zero[0] as i64,
+                y_zero: yq.zero[0],
                 scale,
                 signed: d == DType::I8,
             }))

@@ -3,8 +3,8 @@
 //! one tall matrix) packed per run as u8.
 
 use crate::backend::{constant, Registry};
-use crate::qconv::{qparams, QParams};
 use crate::qgemm::{Axis, Out, Packed, Product, QPath, Side, Source};
+use crate::qparams::{qparams, signed, zero_points, QParams};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::linalg::matmul::MatMulInteger;
@@ -101,31 +101,18 @@ impl QMatMulKernel {
         }
         let b_val = constant(r, b).ok_or("needs a constant B")?;
         // Scales are irrelevant to MatMulInteger: read the zero points with a dummy scale slot.
+        // Scales are irrelevant to MatMulInteger: its operands' zero points only.
         let zero_of = |slot: usize, dtype: DType, len: usize| -> Result<QParams, String> {
-            let signed = match dtype {
-                DType::I8 => true,
-                DType::U8 => false,
-                d => return Err(format!("needs 8-bit integers, not {d}")),
-            };
-            let zero = match r.inputs.get(slot).and_then(|v| v.as_ref()) {
-                None => vec![0],
+            let runtime = r.inputs.get(slot).and_then(|v| v.as_ref()).is_some()
+                && constant(r, slot).is_none();
+            let zero = if slot == az && runtime {
                 // A's zero point read at run time (DynamicQuantizeLinear's).
-                Some(z) if slot == az && constant(r, slot).is_none() => {
-                    if z.shape.iter().product::<usize>() != 1 {
-                        return Err("needs one zero point for A".into());
-                    }
-                    vec![0]
-                }
-                Some(_) => {
-                    let t = constant(r, slot).ok_or("needs constant zero points")?;
-                    if t.numel() != 1 && t.numel() != len {
-                        return Err(format!("needs 1 or {len} zero points"));
-                    }
-                    t.to_i64_vec().iter().map(|&v| v as i32).collect()
-                }
+                vec![0]
+            } else {
+                zero_points(r, slot, dtype, len)?
             };
             Ok(QParams {
-                signed,
+                signed: signed(dtype)?,
                 scale: vec![1.0],
                 zero,
             })
