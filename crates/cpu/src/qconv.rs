@@ -373,10 +373,9 @@ impl QConvKernel {
     }
 }
 
-/// `out = x - zero` as f32 (the exact integer value).
-fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32], avx2: bool) {
-    #[inline(always)]
-    fn body(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
+avx2_or_plain! {
+    /// `out = x - zero` as f32 (the exact integer value).
+    fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
         if signed {
             for (o, &b) in out.iter_mut().zip(x) {
                 *o = (b as i8 as i32 - zero) as f32;
@@ -387,32 +386,14 @@ fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32], avx2: bool) {
             }
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn wide(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
-        body(x, signed, zero, out)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: `avx2` is set only for the x86 paths, which exist on CPUs with AVX2.
-        return unsafe { wide(x, signed, zero, out) };
-    }
-    let _ = avx2;
-    body(x, signed, zero, out)
 }
 
-/// `out = requantize((sum + bias) * mult)`, the sum being an exact integer in f32 (a bias past
-/// 2^24 rounds there, far below the final rounding); `(zero, lo, hi, signed)` of the output.
-fn requantize_sums(
-    sum: &[f32],
-    bias: i32,
-    mult: f32,
-    (zero, lo, hi, signed): (i32, i32, i32, bool),
-    out: &mut [u8],
-    avx2: bool,
-) {
-    #[inline(always)]
-    fn body(sum: &[f32], bias: f32, mult: f32, q: (i32, i32, i32, bool), out: &mut [u8]) {
+avx2_or_plain! {
+    /// `out = requantize((sum + bias) * mult)`, the sum being an exact integer in f32 (a bias
+    /// past 2^24 rounds there, far below the final rounding); `q` is the output's (zero, lo,
+    /// hi, signed).
+    fn requantize_sums(sum: &[f32], bias: i32, mult: f32, q: (i32, i32, i32, bool), out: &mut [u8]) {
+        let bias = bias as f32;
         let mut vals = [0f32; 256];
         for (out, a) in out.chunks_mut(256).zip(sum.chunks(256)) {
             let v = &mut vals[..a.len()];
@@ -422,19 +403,6 @@ fn requantize_sums(
             requantize(v, q.0, q.1, q.2, q.3, out);
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn wide(sum: &[f32], bias: f32, mult: f32, q: (i32, i32, i32, bool), out: &mut [u8]) {
-        body(sum, bias, mult, q, out)
-    }
-    let q = (zero, lo, hi, signed);
-    #[cfg(target_arch = "x86_64")]
-    if avx2 {
-        // SAFETY: as in `centered`.
-        return unsafe { wide(sum, bias as f32, mult, q, out) };
-    }
-    let _ = avx2;
-    body(sum, bias as f32, mult, q, out)
 }
 
 impl Kernel for QConvKernel {

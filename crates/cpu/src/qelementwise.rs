@@ -32,20 +32,9 @@ struct QuantizeKernel {
     wide: bool,
 }
 
-/// `y = clamp(round_half_even(x / scale) + zero, lo, hi)`.
-#[allow(clippy::too_many_arguments)]
-fn quantize(
-    x: &[f32],
-    scale: f32,
-    zero: i32,
-    lo: i32,
-    hi: i32,
-    signed: bool,
-    y: &mut [u8],
-    wide: bool,
-) {
-    #[inline(always)]
-    fn body(x: &[f32], scale: f32, zero: i32, lo: i32, hi: i32, signed: bool, y: &mut [u8]) {
+avx2_or_plain! {
+    /// `y = clamp(round_half_even(x / scale) + zero, lo, hi)`.
+    fn quantize(x: &[f32], scale: f32, zero: i32, lo: i32, hi: i32, signed: bool, y: &mut [u8]) {
         let mut v = [0f32; 256];
         for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
             let v = &mut v[..x.len()];
@@ -54,24 +43,11 @@ fn quantize(
             requantize(v, zero, lo, hi, signed, y);
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(x: &[f32], scale: f32, zero: i32, lo: i32, hi: i32, signed: bool, y: &mut [u8]) {
-        body(x, scale, zero, lo, hi, signed, y)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if wide {
-        // SAFETY: `wide` is set only for the x86 ISAs, whose CPUs have AVX2.
-        return unsafe { avx2(x, scale, zero, lo, hi, signed, y) };
-    }
-    let _ = wide;
-    body(x, scale, zero, lo, hi, signed, y)
 }
 
-/// `y = (x - zero) * scale`.
-fn dequantize(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32], wide: bool) {
-    #[inline(always)]
-    fn body(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32]) {
+avx2_or_plain! {
+    /// `y = (x - zero) * scale`.
+    fn dequantize(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32]) {
         if signed {
             for (y, &b) in y.iter_mut().zip(x) {
                 *y = (b as i8 as i32 - zero) as f32 * scale;
@@ -82,18 +58,6 @@ fn dequantize(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32], wide
             }
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32]) {
-        body(x, scale, zero, signed, y)
-    }
-    #[cfg(target_arch = "x86_64")]
-    if wide {
-        // SAFETY: as in `quantize`.
-        return unsafe { avx2(x, scale, zero, signed, y) };
-    }
-    let _ = wide;
-    body(x, scale, zero, signed, y)
 }
 
 impl Kernel for QuantizeKernel {
