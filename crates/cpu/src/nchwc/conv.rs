@@ -23,8 +23,29 @@ use std::cell::RefCell;
 /// spilled a register inside the channel loop, and 55-wide rows ran 7% slower.
 const TILE: usize = 5;
 
-/// Pixels per row of a flat (1x1) convolution: eight tiles.
-const FLAT_ROW: usize = 8 * TILE;
+/// The AVX-512 tile's pixels: with 32 registers, eight pixels by two 16-channel vectors
+/// (sixteen accumulators, two weight vectors, a broadcast) are eight pixels of broadcasts
+/// feeding sixteen 16-lane FMAs per input channel.
+const TILE512: usize = 8;
+
+/// Whether `isa` runs the 16-channel (two blocks a register) tiles.
+fn wide(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        return true;
+    }
+    let _ = isa;
+    false
+}
+
+/// The most pixels of a row tile under `isa` (a flat 1x1 convolution's rows are eight tiles).
+fn tile_width(isa: Isa) -> usize {
+    if wide(isa) {
+        TILE512
+    } else {
+        TILE
+    }
+}
 
 /// An input larger than this (about L2) is read in bands of rows of about [`BAND_BYTES`].
 const L2_BYTES: usize = 256 << 10;
@@ -65,7 +86,12 @@ pub(crate) struct ConvKernel {
     /// 1x1, stride 1, unpadded: output pixel p reads input pixel p, so the plane is one run
     /// of pixels, cut into rows of this width (tiles are not cut at the image's rows).
     flat_width: Option<usize>,
+    /// `[OC / wblock][groups][KH][KW][group_len][wblock]`, zero-padded to whole `wblock`s.
     weights: Vec<f32>,
+    /// Output channels per weight vector: 8 (AVX2, portable) or 16 (AVX-512: two blocks of
+    /// the layout in one register).
+    wblock: usize,
+    /// One value per output channel, zero-padded like the weights.
     bias: Vec<f32>,
     act: Option<UnaryKind>,
     isa: Isa,
@@ -113,19 +139,23 @@ impl ConvKernel {
         let taps: Vec<usize> = (0..kh * kw)
             .map(|t| ((t / kw) * g.dilations[0] * pw + (t % kw) * g.dilations[1]) * pixel)
             .collect();
-        // Weights: [OC/8][groups][KH][KW][group_len][8].
+        let wblock = if wide(isa) { 2 * B } else { B };
+        let oc_padded = oc.next_multiple_of(wblock);
+        // Weights: [OC/wblock][groups][KH][KW][group_len][wblock].
         let kk = kh * kw;
-        let mut weights = vec![0f32; w.len()];
+        let mut weights = vec![0f32; oc_padded * ic * kk];
         for (i, &v) in w.iter().enumerate() {
             let (o, c, t) = (i / (ic * kk), i / kk % ic, i % kk);
             let (grp, j) = (c / group_len, c % group_len);
-            weights[(((o / B * groups + grp) * kk + t) * group_len + j) * B + o % B] = v;
+            let at = (((o / wblock * groups + grp) * kk + t) * group_len + j) * wblock;
+            weights[at + o % wblock] = v;
         }
-        let bias = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
+        let mut bias = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
+        bias.resize(oc_padded, 0.0);
         let flat = kh * kw == 1
             && g.strides == [1, 1]
             && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p == 0);
-        let flat_width = flat.then_some(FLAT_ROW);
+        let flat_width = flat.then_some(8 * tile_width(isa));
         Some(ConvKernel {
             x: x.to_vec(),
             s,
@@ -133,10 +163,16 @@ impl ConvKernel {
             taps,
             flat_width,
             weights,
+            wblock,
             bias,
             act,
             isa,
         })
+    }
+
+    /// Output-channel blocks per work unit: two AVX2 tiles' worth, or two AVX-512 vectors'.
+    fn unit_blocks(&self) -> usize {
+        2 * self.wblock / B
     }
 
     /// Output rows as the work is cut: the image's, or runs of a flat plane.
@@ -184,8 +220,9 @@ impl ConvKernel {
         });
     }
 
-    /// Output rows `rows` of output-channel blocks `ob..ob + nb` (1 or 2) from the padded
-    /// input `x`, into `y` (this batch item's output).
+    /// Output rows `rows` of output-channel blocks `ob..ob + nb` (up to
+    /// [`Self::unit_blocks`], `ob` a multiple of it) from the padded input `x`, into `y`
+    /// (this batch item's output).
     fn rows(&self, x: &[f32], y: SendPtr, ob: usize, nb: usize, rows: std::ops::Range<usize>) {
         let g = &self.s.geometry;
         let (oh, ow) = (g.output[0], g.output[1]);
@@ -193,7 +230,10 @@ impl ConvKernel {
         match self.isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has AVX2 and FMA (the Isa was detected).
-            Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::rows(self, x, y, ob, nb, rows.clone()) },
+            Isa::Avx2Fma => unsafe { avx2::rows(self, x, y, ob, nb, rows.clone()) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the CPU has AVX-512F, BW, VL and DQ (the Isa was detected).
+            Isa::Avx512 => unsafe { avx512::rows(self, x, y, ob, nb, rows.clone()) },
             Isa::Portable => self.for_each_tile(x, y, ob, rows.clone(), |t, n, out| {
                 assert!(t.fits(n, nb));
                 // SAFETY: the reads stay inside the tile's slices (asserted) and `out` holds
@@ -233,7 +273,9 @@ impl ConvKernel {
         let (oh, ow) = (g.output[0], g.output[1]);
         let (sh, sw) = (g.strides[0], g.strides[1]);
         let plane = oh * ow * B;
-        let wlen = self.weights.len() / (self.s.out_channels / B);
+        let wb = self.wblock;
+        // Weights per vector of `wb` output channels.
+        let wlen = l.groups * self.taps.len() * l.group_len * wb;
         // Input channel groups in chunks whose weights (two blocks) stay in L1 over all the
         // rows: later chunks add to the outputs of the first.
         let per_group = self.taps.len() * l.group_len;
@@ -249,7 +291,7 @@ impl ConvKernel {
                     Some(_) => p0 * l.pixel,
                     None => oy * sh * l.pw * l.pixel,
                 };
-                let tiles = width.div_ceil(TILE);
+                let tiles = width.div_ceil(tile_width(self.isa));
                 let mut ox = 0;
                 for i in 0..tiles {
                     let n = width / tiles + usize::from(i < width % tiles);
@@ -262,8 +304,9 @@ impl ConvKernel {
                         clamp: clamp.filter(|_| ci + 1 == chunks),
                         taps: &self.taps,
                         px_step: sw * l.pixel,
-                        w: &self.weights[ob * wlen..],
+                        w: &self.weights[ob * B / wb * wlen..],
                         w_block: wlen,
+                        wblock: wb,
                         bias: &self.bias[ob * B..],
                     };
                     // Pixels ox..ox + n lie inside the row, inside the output.
@@ -287,10 +330,11 @@ impl Kernel for ConvKernel {
         let l = &self.layout;
         let padded_len = l.groups * l.group_stride();
         let blocks = self.s.out_channels / B;
-        // Work units: pairs of output-channel blocks by bands of rows, enough of them to keep
-        // every thread busy. An input too big for L2 goes band by band, every pair of blocks
-        // reading the band while it is in cache.
-        let pairs = blocks.div_ceil(2);
+        // Work units: pairs (AVX-512: quads) of output-channel blocks by bands of rows, enough
+        // of them to keep every thread busy. An input too big for L2 goes band by band, every
+        // unit of blocks reading the band while it is in cache.
+        let per_unit = self.unit_blocks();
+        let pairs = blocks.div_ceil(per_unit);
         let oh = self.out_rows();
         let threads = rayon::current_num_threads();
         let mut bands = if threads > 1 {
@@ -321,8 +365,8 @@ impl Kernel for ConvKernel {
                 let yp = SendPtr(yi.as_mut_ptr());
                 let unit = |u: usize| {
                     let (part, pair) = (u / pairs, u % pairs);
-                    let ob = pair * 2;
-                    let nb = 2.min(blocks - ob);
+                    let ob = pair * per_unit;
+                    let nb = per_unit.min(blocks - ob);
                     let r0 = (part * rows_per).min(oh);
                     let rows = r0..(r0 + rows_per).min(oh);
                     self.rows(src, yp, ob, nb, rows);
@@ -356,24 +400,28 @@ struct Tile<'a> {
     clamp: Option<(f32, f32)>,
     taps: &'a [usize],
     px_step: usize,
-    /// The first block's weights and the distance to the next block's.
+    /// The first block's weights and the distance to the next vector's (of `wblock` output
+    /// channels).
     w: &'a [f32],
     w_block: usize,
+    wblock: usize,
     bias: &'a [f32],
 }
 
 impl Tile<'_> {
-    /// Whether every value a tile of `n` pixels and `nb` blocks reads lies inside `x`, `w`
-    /// and the bias.
+    /// Whether every value a tile of `n` pixels and `nb` blocks of eight reads lies inside
+    /// `x`, `w` and the bias.
     #[inline(always)]
     fn fits(&self, n: usize, nb: usize) -> bool {
+        let nv = (nb * B).div_ceil(self.wblock);
         let l = self.layout;
         let last_px = (n - 1) * self.px_step + self.taps.last().copied().unwrap_or(0);
         let last_ch = (l.group_len - 1) * l.channel_step;
         let groups = self.groups.end;
         let reach_x = (groups.max(1) - 1) * l.group_stride() + last_px + last_ch + 1;
-        let reach_w = (nb - 1) * self.w_block + groups * self.taps.len() * l.group_len * B;
-        reach_x <= self.x.len() && reach_w <= self.w.len() && nb * B <= self.bias.len()
+        let reach_w =
+            (nv - 1) * self.w_block + groups * self.taps.len() * l.group_len * self.wblock;
+        reach_x <= self.x.len() && reach_w <= self.w.len() && nv * self.wblock <= self.bias.len()
     }
 }
 
@@ -574,6 +622,177 @@ mod avx2 {
         match t.clamp {
             Some((lo, hi)) => {
                 _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(lo)), _mm256_set1_ps(hi))
+            }
+            None => v,
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{ConvKernel, SendPtr, Tile, B, TILE512};
+    use std::arch::x86_64::*;
+
+    /// [`ConvKernel::rows`]'s tiles, inlined into one AVX-512 function.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F, BW, VL and DQ; the call must own the rows (as `rows`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    pub(super) unsafe fn rows(
+        k: &ConvKernel,
+        x: &[f32],
+        y: SendPtr,
+        ob: usize,
+        nb: usize,
+        rows: std::ops::Range<usize>,
+    ) {
+        let g = &k.s.geometry;
+        let plane = g.output[0] * g.output[1] * B;
+        k.for_each_tile(x, y, ob, rows, |t, n, out| {
+            assert!(t.fits(n, nb) && t.wblock == 2 * B && nb <= 4);
+            // SAFETY: the CPU has AVX-512 (the caller's contract); the reads stay inside the
+            // tile's slices (asserted) and `out` holds the tile (for_each_tile's contract).
+            unsafe { conv(t, n, nb, out, plane) }
+        })
+    }
+
+    /// An ordinary convolution's tile of `n` pixels and `nb` blocks of eight: dispatches to
+    /// the monomorphised kernels.
+    ///
+    /// # Safety
+    /// As `portable`, and the CPU must support AVX-512F, BW, VL and DQ.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn conv(t: &Tile, n: usize, nb: usize, out: *mut f32, plane: usize) {
+        macro_rules! go {
+            ($p:literal) => {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    match (nb > 2, t.layout.group_len) {
+                        (true, B) => conv_tile::<$p, 2, B>(t, nb, out, plane),
+                        (true, 3) => conv_tile::<$p, 2, 3>(t, nb, out, plane),
+                        (true, _) => conv_tile::<$p, 2, 0>(t, nb, out, plane),
+                        (false, B) => conv_tile::<$p, 1, B>(t, nb, out, plane),
+                        (false, 3) => conv_tile::<$p, 1, 3>(t, nb, out, plane),
+                        (false, _) => conv_tile::<$p, 1, 0>(t, nb, out, plane),
+                    }
+                }
+            };
+        }
+        const _: () = assert!(TILE512 == 8);
+        match n {
+            8 => go!(8),
+            7 => go!(7),
+            6 => go!(6),
+            5 => go!(5),
+            4 => go!(4),
+            3 => go!(3),
+            2 => go!(2),
+            _ => go!(1),
+        }
+    }
+
+    /// `P` pixels of `NV` vectors of sixteen output channels (blocks `2v` and `2v + 1` of
+    /// the layout in vector `v`; `nb` blocks are real, the rest of the last vector is zero
+    /// padding and not stored); `LEN` as in the AVX2 tile.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    unsafe fn conv_tile<const P: usize, const NV: usize, const LEN: usize>(
+        t: &Tile,
+        nb: usize,
+        out: *mut f32,
+        plane: usize,
+    ) {
+        let l = t.layout;
+        let (x, w) = (t.x.as_ptr(), t.w.as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); NV]; P];
+        for (p, a) in acc.iter_mut().enumerate() {
+            for (v, r) in a.iter_mut().enumerate() {
+                // SAFETY: `out` holds the tile's nb blocks (the caller's contract); the bias
+                // holds NV vectors (Tile::fits).
+                *r = unsafe {
+                    if t.accumulate {
+                        let lo = _mm256_loadu_ps(out.add(2 * v * plane + p * B));
+                        let hi = if 2 * v + 1 < nb {
+                            _mm256_loadu_ps(out.add((2 * v + 1) * plane + p * B))
+                        } else {
+                            _mm256_setzero_ps()
+                        };
+                        _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi)
+                    } else {
+                        _mm512_loadu_ps(t.bias.as_ptr().add(v * 2 * B))
+                    }
+                };
+            }
+        }
+        let (len, step) = match LEN {
+            B => (B, 1),
+            0 => (l.group_len, l.channel_step),
+            n => (n, l.channel_step),
+        };
+        let wide = 2 * B;
+        let (ntaps, gs, px, wb) = (t.taps.len(), l.group_stride(), t.px_step, t.w_block);
+        for grp in t.groups.clone() {
+            for (ti, &off) in t.taps.iter().enumerate() {
+                // SAFETY (all reads below): inside `x` and `w` (Tile::fits).
+                unsafe {
+                    let xp = x.add(grp * gs + off);
+                    let wp = w.add((grp * ntaps + ti) * len * wide);
+                    for c in 0..len {
+                        channel::<P, NV>(&mut acc, xp.add(c * step), px, wp.add(c * wide), wb);
+                    }
+                }
+            }
+        }
+        for (p, a) in acc.iter().enumerate() {
+            for (v, r) in a.iter().enumerate() {
+                let r = clamp(t, *r);
+                // SAFETY: `out` holds the tile's nb blocks (the caller's contract).
+                unsafe {
+                    let lo = _mm512_castps512_ps256(r);
+                    _mm256_storeu_ps(out.add(2 * v * plane + p * B), lo);
+                    if 2 * v + 1 < nb {
+                        let hi = _mm512_extractf32x8_ps::<1>(r);
+                        _mm256_storeu_ps(out.add((2 * v + 1) * plane + p * B), hi);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One input channel's step: `acc[p][v] += x[p * px] * w[v * wb..][..16]`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F; the reads must lie inside the input and weights.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    #[inline]
+    unsafe fn channel<const P: usize, const NV: usize>(
+        acc: &mut [[__m512; NV]; P],
+        x: *const f32,
+        px: usize,
+        w: *const f32,
+        wb: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut wv = [_mm512_setzero_ps(); NV];
+            for (v, r) in wv.iter_mut().enumerate() {
+                *r = _mm512_loadu_ps(w.add(v * wb));
+            }
+            for (p, row) in acc.iter_mut().enumerate() {
+                let xv = _mm512_set1_ps(*x.add(p * px));
+                for (a, wv) in row.iter_mut().zip(&wv) {
+                    *a = _mm512_fmadd_ps(*wv, xv, *a);
+                }
+            }
+        }
+    }
+
+    /// `v` clamped to the tile's bounds, as the AVX2 tile's `clamp`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    #[inline]
+    fn clamp(t: &Tile, v: __m512) -> __m512 {
+        match t.clamp {
+            Some((lo, hi)) => {
+                _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi))
             }
             None => v,
         }

@@ -69,7 +69,7 @@ fn blocked_convs_match_reference() {
     let mut names = Vec::new();
     for threads in [1, 3] {
         pool(threads).install(|| {
-            // Every tile width (1..=6 pixels and rows split over tiles), both block counts,
+            // Every tile width (1..=8 pixels and rows split over tiles), every block count,
             // plain inputs, strides, dilations, uneven pads, batches, chunked channels.
             for (i, &(c, m, hw, k, s, d)) in [
                 (8, 8, 1, 1, 1, 1),
@@ -82,6 +82,11 @@ fn blocked_convs_match_reference() {
                 (64, 16, 4, 3, 1, 1),
                 (512, 16, 3, 1, 1, 1),
                 (12, 32, 10, 3, 1, 1),
+                // AVX-512: four blocks a unit with chunked channels, eight-pixel tiles of
+                // flat rows, three blocks (a half-padded vector).
+                (64, 32, 9, 3, 1, 1),
+                (16, 64, 20, 1, 1, 1),
+                (8, 24, 17, 3, 1, 1),
             ]
             .iter()
             .enumerate()
