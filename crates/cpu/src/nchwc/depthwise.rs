@@ -194,6 +194,12 @@ impl DepthwiseKernel {
         let clamp = clamp_of(self.act);
         #[cfg(target_arch = "x86_64")]
         if self.isa.has_avx2() && unpadded_3x3(g) && (clamp.is_some() || self.act.is_none()) {
+            if self.isa == Isa::Avx512 && g.strides[1] == 1 {
+                // SAFETY: the CPU has AVX-512F and DQ (the Isa was detected); the function
+                // checks the sizes its taps rely on; this call owns the rows (as below).
+                unsafe { avx512::plane_3x3_s1(g, plane, w, &bias, rows, clamp, out.0) };
+                return;
+            }
             // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `plane_3x3` checks
             // the sizes its taps rely on; this call owns the rows (as below).
             unsafe { plane_3x3(g, plane, w, &bias, rows, clamp, out.0) };
@@ -573,6 +579,117 @@ unsafe fn tile_3x3<const S: usize, const T: usize>(
         let a = _mm256_min_ps(_mm256_max_ps(*a, bounds.0), bounds.1);
         // SAFETY: pixel p lies inside `out` (the caller's contract).
         unsafe { _mm256_storeu_ps(out.add(p * B), a) };
+    }
+}
+
+/// The stride-1 3x3 kernel on 16 lanes: one zmm holds two neighbouring pixels' eight
+/// channels, which lie side by side in the blocked layout, so a tap is one load and one FMA
+/// for two pixels.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{unpadded_3x3, B};
+    use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    /// [`super::plane_3x3`] for stride 1 across, two pixels a register.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and DQ (and AVX2 and FMA); `out` as
+    /// [`super::plane_3x3`].
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    pub(super) unsafe fn plane_3x3_s1(
+        g: &ConvGeometry,
+        plane: &[f32],
+        w: &[f32],
+        bias: &[f32; B],
+        rows: Range<usize>,
+        clamp: Option<(f32, f32)>,
+        out: *mut f32,
+    ) {
+        let (ih, iw, ow) = (g.input[0], g.input[1], g.output[1]);
+        let (sh, dh) = (g.strides[0], g.dilations[0]);
+        assert!(unpadded_3x3(g) && g.strides[1] == 1);
+        assert!(plane.len() >= ih * iw * B && w.len() >= 9 * B);
+        assert!(rows.end <= g.output[0] && (rows.end == 0 || (rows.end - 1) * sh + 2 * dh < ih));
+        assert!(ow == 0 || ow + 1 < iw);
+        let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        let bounds = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        // SAFETY: the weights hold 9 x 8 values and the bias 8 (asserted); output rows below
+        // g.output[0] and their windows lie inside the plane (asserted), `out` as the caller
+        // vouches.
+        unsafe {
+            let wv: [__m512; 9] = std::array::from_fn(|t| {
+                _mm512_broadcast_f32x8(_mm256_loadu_ps(w.as_ptr().add(t * B)))
+            });
+            let bv = _mm512_broadcast_f32x8(_mm256_loadu_ps(bias.as_ptr()));
+            let (w8, b8) = (
+                std::array::from_fn(|t| _mm512_castps512_ps256(wv[t])),
+                _mm512_castps512_ps256(bv),
+            );
+            let bounds8 = (
+                _mm512_castps512_ps256(bounds.0),
+                _mm512_castps512_ps256(bounds.1),
+            );
+            let x = plane.as_ptr();
+            for oy in rows {
+                let rows = [0, 1, 2].map(|kh| x.add((oy * sh + kh * dh) * iw * B));
+                let o = out.add(oy * ow * B);
+                let pairs = ow / 2;
+                let mut i = 0;
+                while i + 8 <= pairs {
+                    tile::<8>(rows, 2 * i * B, &wv, bv, bounds, o.add(2 * i * B));
+                    i += 8;
+                }
+                if i + 4 <= pairs {
+                    tile::<4>(rows, 2 * i * B, &wv, bv, bounds, o.add(2 * i * B));
+                    i += 4;
+                }
+                if i + 2 <= pairs {
+                    tile::<2>(rows, 2 * i * B, &wv, bv, bounds, o.add(2 * i * B));
+                    i += 2;
+                }
+                if i < pairs {
+                    tile::<1>(rows, 2 * i * B, &wv, bv, bounds, o.add(2 * i * B));
+                }
+                if ow % 2 == 1 {
+                    let at = (ow - 1) * B;
+                    super::tile_3x3::<1, 1>(rows, at, &w8, b8, bounds8, o.add(at));
+                }
+            }
+        }
+    }
+
+    /// `T` pairs of pixels from `rows[kh] + at`, stored from `out`.
+    ///
+    /// # Safety
+    /// As [`super::tile_3x3`] for `2 T` pixels at stride 1; the CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[inline]
+    unsafe fn tile<const T: usize>(
+        rows: [*const f32; 3],
+        at: usize,
+        w: &[__m512; 9],
+        bias: __m512,
+        bounds: (__m512, __m512),
+        out: *mut f32,
+    ) {
+        let mut acc = [bias; T];
+        for (kh, r) in rows.iter().enumerate() {
+            for kw in 0..3 {
+                for (p, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: taps (kh, kw) of pixels 2p and 2p + 1 lie inside the plane
+                    // (the caller's contract).
+                    let xv = unsafe { _mm512_loadu_ps(r.add(at + (2 * p + kw) * B)) };
+                    *a = _mm512_fmadd_ps(xv, w[kh * 3 + kw], *a);
+                }
+            }
+        }
+        for (p, a) in acc.iter().enumerate() {
+            let a = _mm512_min_ps(_mm512_max_ps(*a, bounds.0), bounds.1);
+            // SAFETY: pixels 2p and 2p + 1 lie inside `out` (the caller's contract).
+            unsafe { _mm512_storeu_ps(out.add(2 * p * B), a) };
+        }
     }
 }
 
