@@ -108,7 +108,7 @@ impl Backend for CpuBackend {
     }
 
     fn passes(&self) -> Vec<Box<dyn Pass>> {
-        vec![Box::new(LayoutNchwc)]
+        vec![Box::new(LayoutNchwc { isa: self.cx.isa })]
     }
 }
 

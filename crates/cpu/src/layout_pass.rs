@@ -11,15 +11,20 @@
 //!   whole channels (scalar constants are fine, per-channel constants get a blocked copy), and
 //!   Concat over the channel axis of twins.
 //!
-//! Convolutions the CPU runs with Winograd ([`crate::winograd::tile_for`]) stay plain, and so
-//! does a network made mostly of them (see [`winograd_share`]). This is CPU policy, which is
-//! why the pass lives here and runs as one of [`crate::CpuBackend`]'s passes.
+//! Under AVX2 and the portable kernels, convolutions the CPU runs with Winograd
+//! ([`crate::winograd::tile_for`]) stay plain, and so does a network made mostly of them (see
+//! [`winograd_share`]). Under AVX-512 the blocked direct convolution (sixteen-lane tiles) is
+//! faster than those Winograd kernels on every such convolution measured (resnet18's 3x3
+//! convs: 180 against 90-155 GFLOP/s of direct-convolution work), so they are blocked too.
+//! This is CPU policy, which is why the pass lives here and runs as one of
+//! [`crate::CpuBackend`]'s passes, with the backend's ISA.
 //!
 //! Any other reader of a value that only exists blocked gets a `FromNchwc` in front; a Conv
 //! that needs a blocked input that does not exist gets a `ToNchwc`. Graph outputs keep their
 //! plain values.
 
 use crate::winograd::tile_for;
+use crate::Isa;
 use ferrolite_core::ops::elementwise::binary::Binary;
 use ferrolite_core::ops::elementwise::clip::Clip;
 use ferrolite_core::ops::elementwise::unary::Unary;
@@ -34,7 +39,22 @@ use ferrolite_core::{DType, Graph, Node, Op, Result, TensorInfo, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-pub struct LayoutNchwc;
+pub struct LayoutNchwc {
+    /// The ISA the kernels will run: it decides whether Winograd convolutions stay plain.
+    pub isa: Isa,
+}
+
+impl LayoutNchwc {
+    /// Whether the Winograd kernels beat the blocked direct convolution under this ISA (then
+    /// Winograd convolutions, and networks made mostly of them, stay plain).
+    pub fn prefers_winograd(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Avx512 {
+            return false;
+        }
+        true
+    }
+}
 
 /// The 4-D f32 shape of `v` when it can be blocked.
 fn blockable(g: &Graph, v: ValueId) -> Option<&TensorInfo> {
@@ -71,9 +91,9 @@ fn blockable_conv(g: &Graph, n: &Node, conv: &Conv) -> Option<(bool, ConvShapes)
 /// How a Conv runs blocked (see [`blockable_conv`]); `None` when it stays plain, which
 /// includes the convolutions the CPU runs with Winograd (faster than the direct blocked
 /// kernel).
-fn conv_mode(g: &Graph, n: &Node, conv: &Conv) -> Option<bool> {
+fn conv_mode(g: &Graph, n: &Node, conv: &Conv, winograd: bool) -> Option<bool> {
     let (blocked_input, s) = blockable_conv(g, n, conv)?;
-    tile_for(&s).is_none().then_some(blocked_input)
+    (!winograd || tile_for(&s).is_none()).then_some(blocked_input)
 }
 
 /// The share of the blockable convolutions' work in Winograd convolutions. A network made
@@ -171,7 +191,8 @@ impl Pass for LayoutNchwc {
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
-        if winograd_share(graph) >= 0.5 {
+        let winograd = self.prefers_winograd();
+        if winograd && winograd_share(graph) >= 0.5 {
             return Ok(false);
         }
         let old = std::mem::take(&mut graph.nodes);
@@ -185,7 +206,7 @@ impl Pass for LayoutNchwc {
             let y = node.outputs.first().copied();
             let converted: Option<Node> = match y {
                 Some(y) if node.outputs.len() == 1 => {
-                    convert(graph, &mut nodes, &mut twin, &node, y)
+                    convert(graph, &mut nodes, &mut twin, &node, y, winograd)
                 }
                 _ => None,
             };
@@ -254,12 +275,13 @@ fn convert(
     twin: &mut HashMap<ValueId, ValueId>,
     node: &Node,
     y: ValueId,
+    winograd: bool,
 ) -> Option<Node> {
     blockable(g, y)?;
     let op = node.op.as_any();
     let (new_op, inputs): (Arc<dyn Op>, Vec<Option<ValueId>>) =
         if let Some(conv) = op.downcast_ref::<Conv>() {
-            let blocked_input = conv_mode(g, node, conv)?;
+            let blocked_input = conv_mode(g, node, conv, winograd)?;
             let mut inputs = node.inputs.clone();
             if blocked_input {
                 let x = input(node, 0)?;
