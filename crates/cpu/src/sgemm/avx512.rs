@@ -1,9 +1,8 @@
-//! The AVX-512 microkernel: two MR x NR tiles of a column at once, 12 x 16 with one zmm
-//! accumulator per row. Per k step one B load feeds twelve FMAs of 16 lanes, twice the
-//! AVX2 tile's multiply-adds per step for the same B panel, so the packed layouts (MR = 6,
-//! NR = 16) stay as they are. Tiles outside the common case (a partial or odd last panel,
-//! an epilogue that scales, accumulates or runs its activation per element) go to the AVX2
-//! kernels, which every AVX-512 CPU also runs.
+//! The AVX-512 microkernels on the AVX2 kernels' packed layouts (MR = 6, NR = 16): two A
+//! panels by one B panel (12 x 16, one zmm accumulator per row) or one A panel by two B
+//! panels (6 x 32) in the common case, where per k step a B load feeds twelve 16-lane FMAs;
+//! every other tile (partial panels, a short k's row of tiles, an epilogue that scales or
+//! accumulates) in [`tile`], also on 16 lanes, masked to the tile's columns.
 
 use super::{avx2, EpilogueAct, TileEpi, MR, NR};
 use std::arch::x86_64::*;
@@ -57,21 +56,12 @@ pub(super) unsafe fn column(
             }
         }
     }
-    let done = pairs * MR2;
-    if done < rows {
-        // SAFETY: the remaining rows, their panels starting 2 * pairs panels in.
+    for i in (pairs * MR2..rows).step_by(MR) {
+        // SAFETY: the remaining rows' panels (panel i / MR of `a`) and tiles of C.
         unsafe {
-            avx2::column(
-                kc,
-                a.add(done / MR * kc * MR),
-                rows - done,
-                b,
-                bs,
-                c.add(done * rsc),
-                rsc,
-                nr,
-                &e.rows_from(done),
-            )
+            let ap = a.add(i / MR * kc * MR);
+            let (mr, e) = (MR.min(rows - i), e.rows_from(i));
+            tile(kc, ap, b, b, bs, c.add(i * rsc), rsc, mr, nr, &e)
         }
     }
 }
@@ -185,16 +175,199 @@ pub(super) unsafe fn column2(
             }
         }
     }
-    let done = full * MR;
-    if done < rows {
-        let (e, ap) = (e.rows_from(done), a.wrapping_add(full * kc * MR));
-        let (left, right) = (e, e.cols_from(NR));
-        // SAFETY: the remaining rows of both B panels, as the caller vouches.
+    for i in (full * MR..rows).step_by(MR) {
+        // SAFETY: the remaining rows' panels (panel i / MR of `a`) and tiles of both B
+        // panels, as the caller vouches.
         unsafe {
-            let c = c.add(done * rsc);
-            avx2::column(kc, ap, rows - done, b0, bs, c, rsc, NR, &left);
-            avx2::column(kc, ap, rows - done, b1, bs, c.add(NR), rsc, NR, &right);
+            let ap = a.add(i / MR * kc * MR);
+            let (mr, e) = (MR.min(rows - i), e.rows_from(i));
+            tile(kc, ap, b0, b1, bs, c.add(i * rsc), rsc, mr, 2 * NR, &e)
         }
+    }
+}
+
+/// The `panels` full tiles of one row of C (`mr` rows, A panel `a`; B panel `jp` from
+/// `b + jp * step`, its `kc` rows `bs` apart), two B panels a tile, as [`avx2::row`].
+///
+/// # Safety
+/// As [`avx2::row`]; the CPU must support AVX-512F, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn row(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    bs: usize,
+    step: usize,
+    panels: usize,
+    c: *mut f32,
+    rsc: usize,
+    mr: usize,
+    e: &TileEpi,
+) {
+    for jp in (0..panels).step_by(2) {
+        let nr = NR * (panels - jp).min(2);
+        let e = e.cols_from(jp * NR);
+        // SAFETY: tiles jp (and jp + 1) of the row the caller vouches for.
+        unsafe {
+            let (b0, b1) = (b.add(jp * step), b.wrapping_add((jp + 1) * step));
+            tile(kc, a, b0, b1, bs, c.add(jp * NR), rsc, mr, nr, &e)
+        }
+    }
+}
+
+/// One tile: `mr <= MR` rows (A panel `a`, `kc * MR` floats) by `nr <= 2 NR` columns (B
+/// panel `b0`, and `b1` for the columns past NR; `kc` rows each, `bs` apart), stored through
+/// the whole epilogue `e`, masked to the tile.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and FMA; `a` and the B panels in use must hold their
+/// `kc` steps; `c` must be valid for reads and writes of the `mr x nr` tile with row stride
+/// `rsc`, accessed by no one else meanwhile.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile(
+    kc: usize,
+    a: *const f32,
+    b0: *const f32,
+    b1: *const f32,
+    bs: usize,
+    c: *mut f32,
+    rsc: usize,
+    mr: usize,
+    nr: usize,
+    e: &TileEpi,
+) {
+    macro_rules! go {
+        ($r:literal) => {
+            // SAFETY: the caller's contract.
+            unsafe {
+                if nr > NR {
+                    let acc = product_rows::<$r, 2>(kc, a, [b0, b1], bs);
+                    store(&acc, c, rsc, nr, e)
+                } else {
+                    let acc = product_rows::<$r, 1>(kc, a, [b0], bs);
+                    store(&acc, c, rsc, nr, e)
+                }
+            }
+        };
+    }
+    match mr {
+        6 => go!(6),
+        5 => go!(5),
+        4 => go!(4),
+        3 => go!(3),
+        2 => go!(2),
+        1 => go!(1),
+        _ => {}
+    }
+}
+
+/// Rows `0..R` of one A panel by `V` B panels of 16 columns.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `a` must hold `kc * MR` floats and each `b[v]` `kc` rows
+/// of 16 floats, `bs` apart.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn product_rows<const R: usize, const V: usize>(
+    kc: usize,
+    a: *const f32,
+    b: [*const f32; V],
+    bs: usize,
+) -> [[__m512; V]; R] {
+    let mut acc = [[_mm512_setzero_ps(); V]; R];
+    // SAFETY: step p reads R floats at p * MR of the panel and 16 at p * bs of each B panel.
+    unsafe {
+        for p in 0..kc {
+            let bv: [__m512; V] = std::array::from_fn(|v| _mm512_loadu_ps(b[v].add(p * bs)));
+            let ap = a.add(p * MR);
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(r));
+                for (x, bv) in row.iter_mut().zip(&bv) {
+                    *x = _mm512_fmadd_ps(av, *bv, *x);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// Stores accumulator rows through the epilogue, each vector masked to the tile's `nr`
+/// columns; activations not computed in registers run per element after the store.
+///
+/// # Safety
+/// As [`tile`] for `c`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn store<const R: usize, const V: usize>(
+    acc: &[[__m512; V]; R],
+    c: *mut f32,
+    rsc: usize,
+    nr: usize,
+    e: &TileEpi,
+) {
+    let act = e.act.map(EpilogueAct::of).filter(|_| e.last);
+    let mut per_element = false;
+    for (r, row) in acc.iter().enumerate() {
+        for (v, &x) in row.iter().enumerate() {
+            let cols = nr.saturating_sub(v * NR).min(NR);
+            if cols == 0 {
+                continue;
+            }
+            let mask = lanes(cols);
+            // SAFETY: row r, columns v * NR.. (masked to the tile) of C, and of the column
+            // bias where it reaches.
+            unsafe {
+                let p = c.add(r * rsc + v * NR);
+                let mut x = x;
+                if e.alpha != 1.0 {
+                    x = _mm512_mul_ps(x, _mm512_set1_ps(e.alpha));
+                }
+                if e.accumulate {
+                    x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, p));
+                }
+                if e.last {
+                    if let Some(&rb) = e.row_bias.get(r) {
+                        x = _mm512_add_ps(x, _mm512_set1_ps(rb));
+                    }
+                    let cb = e.col_bias.len().saturating_sub(v * NR).min(cols);
+                    if cb > 0 {
+                        let bias = e.col_bias.as_ptr().add(v * NR);
+                        x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(lanes(cb), bias));
+                    }
+                    if let Some(a) = act {
+                        match act16(a, x) {
+                            Some(y) => x = y,
+                            None => per_element = true,
+                        }
+                    }
+                }
+                _mm512_mask_storeu_ps(p, mask, x);
+            }
+        }
+    }
+    if per_element {
+        let f = e.act.expect("an activation");
+        for r in 0..R {
+            for j in 0..nr.min(V * NR) {
+                // SAFETY: inside the tile, as above.
+                unsafe {
+                    let p = c.add(r * rsc + j);
+                    *p = f.apply(*p);
+                }
+            }
+        }
+    }
+}
+
+/// The mask of the first `n` of 16 lanes.
+#[inline]
+fn lanes(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << n) - 1) as __mmask16
     }
 }
 

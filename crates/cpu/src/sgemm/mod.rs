@@ -581,8 +581,14 @@ impl Problem<'_> {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: Avx2Fma is only chosen when the CPU has both features; a and b hold
             // what the caller vouches for.
-            Isa::Avx2Fma | Isa::Avx512 => unsafe {
+            Isa::Avx2Fma => unsafe {
                 avx2::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
+            },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: Avx512 is only chosen when the CPU has AVX-512F (and AVX2 and FMA); a
+            // and b hold what the caller vouches for.
+            Isa::Avx512 => unsafe {
+                avx512::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
             },
             Isa::Portable => {
                 for jp in 0..panels {
@@ -654,6 +660,9 @@ pub(crate) fn activate(act: Option<UnaryKind>, xs: &mut [f32]) {
         }
         EpilogueAct::HardSwish => each(xs, |x| UnaryKind::HardSwish.apply(x)),
         EpilogueAct::Mish => each(xs, mish),
+        // The polynomial exp vectorises; libm's expf is a call per value.
+        EpilogueAct::PerElement(UnaryKind::Sigmoid) => each(xs, crate::math::sigmoid::<false>),
+        EpilogueAct::PerElement(UnaryKind::Tanh) => each(xs, crate::math::tanh::<false>),
         EpilogueAct::PerElement(a) => each(xs, |x| a.apply(x)),
     }
 }
