@@ -5,7 +5,7 @@
 use crate::backend::{built, constant, Registry};
 use crate::fast::f32_shape;
 use crate::gemm::{Gemm, MatRef, PackedMatrix, Side};
-use crate::sgemm::{activate, Problem, Src};
+use crate::sgemm::{Problem, Src};
 use crate::Sgemm;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
@@ -79,6 +79,179 @@ impl ConvTransposeKernel {
     }
 }
 
+/// A band's column buffer is kept to about this size (L2).
+const COL_BYTES: usize = 512 << 10;
+
+thread_local! {
+    static COLUMNS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The output pointer shared by the bands, each writing its own rows.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: the bands write disjoint rows of the output (see `run`).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+impl ConvTransposeKernel {
+    /// `col[Mg * k, n_cols] = W_g^T * X` for the `n_cols` input pixels from `x` (rows `hw`
+    /// apart per channel), on this thread.
+    #[allow(clippy::too_many_arguments)]
+    fn columns(
+        &self,
+        g: usize,
+        cg: usize,
+        w: &[f32],
+        x: &[f32],
+        n_cols: usize,
+        hw: usize,
+        col: &mut [f32],
+    ) {
+        let s = &self.s;
+        let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
+        let a = match &self.packed {
+            Some(p) => Src::Packed(p[g].data()),
+            None => Src::Strided {
+                data: &w[g * cg * mg * ks..],
+                rs: 1,
+                cs: mg * ks,
+            },
+        };
+        let prob = Problem {
+            isa: self.gemm.isa,
+            m: mg * ks,
+            n: n_cols,
+            k: cg,
+            alpha: 1.0,
+            a,
+            b: Src::Strided {
+                data: x,
+                rs: hw,
+                cs: 1,
+            },
+            accumulate: false,
+            row_bias: &[],
+            col_bias: &[],
+            act: None,
+        };
+        assert!(col.len() >= mg * ks * n_cols && (cg == 0 || x.len() >= (cg - 1) * hw + n_cols));
+        // SAFETY: col is a dense (mg * ks) x n_cols buffer owned here (asserted).
+        unsafe { prob.run(col.as_mut_ptr(), n_cols, false) };
+    }
+}
+
+impl ConvTransposeKernel {
+    /// Adds plane `m`'s columns of the band of input `rows` (`col`, as [`Self::columns`]) to
+    /// its output plane `out`. With `owned` (the output rows only this band reaches), those
+    /// rows start from the bias and are activated after; otherwise the first band fills the
+    /// whole plane with the bias and the caller activates it after the last.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter(
+        &self,
+        col: &[f32],
+        m: usize,
+        rows: std::ops::Range<usize>,
+        bias: Option<f32>,
+        owned: Option<std::ops::Range<usize>>,
+        first_band: bool,
+        out: &mut [f32],
+    ) {
+        let s = &self.s;
+        let (kh, kw) = (s.kernel[0], s.kernel[1]);
+        let (iw, oh, ow) = (s.input[1], s.output[0], s.output[1]);
+        let (sh, sw) = (s.strides[0] as i64, s.strides[1] as i64);
+        let (dh, dw) = (s.dilations[0] as i64, s.dilations[1] as i64);
+        let (ph, pw) = (s.pad_begin[0], s.pad_begin[1]);
+        let n_cols = rows.len() * iw;
+        let fill = bias.unwrap_or(0.0);
+        // The common upsampling (kernel = stride, no pads or dilation, no output padding):
+        // each output value comes from exactly one column value, so every output row is its
+        // kernel row's columns interleaved, written once.
+        let tiles_exactly = s.kernel == s.strides
+            && s.dilations.iter().all(|&d| d == 1)
+            && s.pad_begin.iter().all(|&p| p == 0)
+            && oh == s.input[0] * kh
+            && ow == iw * kw;
+        if let (true, Some(r)) = (tiles_exactly, &owned) {
+            for (i, y) in rows.clone().enumerate() {
+                for ky in 0..kh {
+                    let dst = &mut out[(y * kh + ky) * ow..][..ow];
+                    let src =
+                        |kx: usize| &col[(m * kh * kw + ky * kw + kx) * n_cols + i * iw..][..iw];
+                    if kw == 2 {
+                        let (s0, s1) = (src(0), src(1));
+                        for ((d, &a), &b) in dst.chunks_exact_mut(2).zip(s0).zip(s1) {
+                            d[0] = a + fill;
+                            d[1] = b + fill;
+                        }
+                    } else {
+                        for kx in 0..kw {
+                            for (d, &v) in dst[kx..].iter_mut().step_by(kw).zip(src(kx)) {
+                                *d = v + fill;
+                            }
+                        }
+                    }
+                }
+            }
+            crate::nchwc::activate_row(
+                self.gemm.isa,
+                self.activation,
+                &mut out[r.start * ow..r.end * ow],
+            );
+            return;
+        }
+        match &owned {
+            Some(r) => out[r.start * ow..r.end * ow].fill(fill),
+            None if first_band => out.fill(fill),
+            None => {}
+        }
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let src = &col[(m * kh * kw + ky * kw + kx) * n_cols..][..n_cols];
+                // Input columns x with 0 <= x * sw + off < ow.
+                let off = kx as i64 * dw - pw;
+                let x_lo = if off < 0 { (-off + sw - 1) / sw } else { 0 };
+                let x_hi = if ow as i64 > off {
+                    ((ow as i64 - 1 - off) / sw + 1).min(iw as i64)
+                } else {
+                    0
+                };
+                let (x_lo, x_hi) = (x_lo.min(iw as i64) as usize, x_hi.max(0) as usize);
+                if x_lo >= x_hi {
+                    continue;
+                }
+                for (r, y) in rows.clone().enumerate() {
+                    let o = y as i64 * sh + ky as i64 * dh - ph;
+                    if o < 0 || o >= oh as i64 {
+                        continue;
+                    }
+                    let dst = &mut out[o as usize * ow..][..ow];
+                    let row = &src[r * iw..][..iw];
+                    let first = (x_lo as i64 * sw + off) as usize;
+                    let step = sw as usize;
+                    for (d, &v) in dst[first..].iter_mut().step_by(step).zip(&row[x_lo..x_hi]) {
+                        *d += v;
+                    }
+                }
+            }
+        }
+        if let Some(r) = owned {
+            crate::nchwc::activate_row(
+                self.gemm.isa,
+                self.activation,
+                &mut out[r.start * ow..r.end * ow],
+            );
+        }
+    }
+}
+
 impl Kernel for ConvTransposeKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
         let (xv, wv) = crate::conv::data_and_weights(inputs, &self.x_shape, &self.w_shape)?;
@@ -109,65 +282,82 @@ impl Kernel for ConvTransposeKernel {
         if yv.is_empty() {
             return Ok(());
         }
-        let mut col = vec![0.0f32; mg * ks * hw];
+        // Input rows in bands whose columns stay in L2. When a kernel's rows reach no
+        // further than the stride, each output row takes values from one input row only, so
+        // bands own disjoint output rows and run in parallel; otherwise the bands run in
+        // turn and the output planes in parallel.
+        if hw == 0 {
+            // No input pixel: the output is the bias, activated.
+            for (i, plane) in yv.chunks_mut(out_plane).enumerate() {
+                plane.fill(bias.map_or(0.0, |b| b[i % s.out_channels]));
+                crate::nchwc::activate_row(self.gemm.isa, self.activation, plane);
+            }
+            return Ok(());
+        }
+        let disjoint = (kh - 1) * s.dilations[0] < s.strides[0];
+        let band_rows = (COL_BYTES / (4 * mg * ks * iw).max(1)).clamp(1, ih.max(1));
+        let bands = ih.div_ceil(band_rows);
+        let parallel = rayon::current_num_threads() > 1;
         for n in 0..s.batch {
             for g in 0..s.group {
                 let xs = (n * s.in_channels + g * cg) * hw;
-                let a = match &self.packed {
-                    Some(p) => Src::Packed(p[g].data()),
-                    None => Src::Strided {
-                        data: &wv[g * cg * mg * ks..],
-                        rs: 1,
-                        cs: mg * ks,
-                    },
-                };
-                let prob = Problem {
-                    isa: self.gemm.isa,
-                    m: mg * ks,
-                    n: hw,
-                    k: cg,
-                    alpha: 1.0,
-                    a,
-                    b: Src::Strided {
-                        data: &xv[xs..xs + cg * hw],
-                        rs: hw,
-                        cs: 1,
-                    },
-                    accumulate: false,
-                    row_bias: &[],
-                    col_bias: &[],
-                    act: None,
-                };
-                // SAFETY: col is a dense (mg * ks) x hw buffer owned here.
-                unsafe { prob.run(col.as_mut_ptr(), hw, true) };
                 let ys = (n * s.out_channels + g * mg) * out_plane;
-                let col = &col;
-                let planes = yv[ys..ys + mg * out_plane].par_chunks_mut(out_plane);
-                planes.enumerate().for_each(|(m, out)| {
-                    out.fill(bias.map_or(0.0, |b| b[g * mg + m]));
-                    for ky in 0..kh {
-                        for kx in 0..kw {
-                            let src = &col[(m * ks + ky * kw + kx) * hw..][..hw];
-                            let offy = (ky * s.dilations[0]) as i64 - s.pad_begin[0];
-                            let offx = (kx * s.dilations[1]) as i64 - s.pad_begin[1];
-                            for (y, row) in src.chunks_exact(iw).enumerate() {
-                                let o = y as i64 * s.strides[0] as i64 + offy;
-                                if o < 0 || o >= oh as i64 {
-                                    continue;
-                                }
-                                let dst = &mut out[o as usize * ow..][..ow];
-                                let sw = s.strides[1] as i64;
-                                for (x, &v) in row.iter().enumerate() {
-                                    let ox = x as i64 * sw + offx;
-                                    if ox >= 0 && ox < ow as i64 {
-                                        dst[ox as usize] += v;
-                                    }
-                                }
-                            }
+                let y_group = SendPtr(yv[ys..ys + mg * out_plane].as_mut_ptr());
+                let bias_g = bias.map(|b| &b[g * mg..(g + 1) * mg]);
+                let band = |b: usize, planes_parallel: bool| {
+                    let rows = b * band_rows..((b + 1) * band_rows).min(ih);
+                    crate::scratch::with_taken(&COLUMNS, |buf| {
+                        let n_cols = rows.len() * iw;
+                        let col = crate::scratch::grown(buf, mg * ks * n_cols);
+                        let x = &xv[xs + rows.start * iw..xs + cg * hw];
+                        self.columns(g, cg, wv, x, n_cols, hw, col);
+                        let owned = if disjoint {
+                            let at = |y: usize| {
+                                (y as i64 * s.strides[0] as i64 - s.pad_begin[0])
+                                    .clamp(0, oh as i64) as usize
+                            };
+                            let lo = if b == 0 { 0 } else { at(rows.start) };
+                            let hi = if b + 1 == bands { oh } else { at(rows.end) };
+                            Some(lo..hi)
+                        } else {
+                            None
+                        };
+                        let plane = |(m, out): (usize, &mut [f32])| {
+                            self.scatter(
+                                col,
+                                m,
+                                rows.clone(),
+                                bias_g.map(|b| b[m]),
+                                owned.clone(),
+                                b == 0,
+                                out,
+                            )
+                        };
+                        // SAFETY: with `disjoint`, this band alone writes output rows `owned`
+                        // of each plane; otherwise bands run one after another and this call
+                        // alone writes the group's planes.
+                        let planes = unsafe {
+                            std::slice::from_raw_parts_mut(y_group.get(), mg * out_plane)
+                        };
+                        if planes_parallel {
+                            planes.par_chunks_mut(out_plane).enumerate().for_each(plane);
+                        } else {
+                            planes.chunks_mut(out_plane).enumerate().for_each(plane);
                         }
-                    }
-                    activate(self.activation, out);
-                });
+                    });
+                };
+                if disjoint && parallel && bands > 1 {
+                    (0..bands).into_par_iter().for_each(|b| band(b, false));
+                } else {
+                    (0..bands).for_each(|b| band(b, parallel && !disjoint));
+                }
+                if !disjoint {
+                    // The bands added into the planes; the activation follows.
+                    let planes = &mut yv[ys..ys + mg * out_plane];
+                    planes.par_chunks_mut(out_plane).for_each(|p| {
+                        crate::nchwc::activate_row(self.gemm.isa, self.activation, p)
+                    });
+                }
             }
         }
         Ok(())

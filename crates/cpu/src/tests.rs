@@ -636,6 +636,45 @@ fn conv_transpose_matches_reference() {
             &[1, 1],
             None,
         ),
+        // Several bands of input rows: in parallel (kernel rows within the stride, output
+        // rows between and after them only the bias), and in turn (overlapping rows).
+        (
+            &[1, 4, 40, 64],
+            &[4, 24, 2, 2],
+            1,
+            &[2, 2],
+            None,
+            &[1, 1],
+            None,
+        ),
+        (
+            &[1, 2, 45, 30],
+            &[2, 40, 2, 2],
+            1,
+            &[3, 3],
+            None,
+            &[1, 1],
+            Some(&[2, 2]),
+        ),
+        // Kernel = stride: every output value from one column value (3 wide, and 2 above).
+        (
+            &[1, 5, 7, 9],
+            &[5, 6, 3, 3],
+            1,
+            &[3, 3],
+            None,
+            &[1, 1],
+            None,
+        ),
+        (
+            &[1, 3, 50, 60],
+            &[3, 30, 3, 3],
+            1,
+            &[2, 2],
+            Some(&[1, 1, 1, 1]),
+            &[1, 1],
+            None,
+        ),
     ];
     for threads in [1, 3] {
         pool(threads).install(|| {

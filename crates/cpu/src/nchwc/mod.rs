@@ -128,7 +128,7 @@ fn clamp_of(act: Option<UnaryKind>) -> Option<(f32, f32)> {
 }
 
 /// [`activate`], compiled for AVX2 where the CPU has it.
-fn activate_row(isa: Isa, act: Option<UnaryKind>, row: &mut [f32]) {
+pub(crate) fn activate_row(isa: Isa, act: Option<UnaryKind>, row: &mut [f32]) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX2 (the Isa was detected), the only requirement of the
