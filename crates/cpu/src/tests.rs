@@ -32,12 +32,27 @@ impl Lcg {
 /// `constant[i]`) and the reference; returns the kernel name, which must not depend on the
 /// ISA. Panics when no kernel is offered or the results differ.
 pub(crate) fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
-    let names: Vec<String> = Isa::available()
+    let names: Vec<String> = check_each(op, inputs, constant)
         .into_iter()
-        .map(|isa| check_with(CpuBackend::new(isa), op.clone(), inputs, constant))
+        .map(|(_, name)| name)
         .collect();
     assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
     names[0].clone()
+}
+
+/// As [`check`], for kernels chosen per ISA: the kernel name under each ISA.
+pub(crate) fn check_each(
+    op: Arc<dyn Op>,
+    inputs: &[Option<Tensor>],
+    constant: &[bool],
+) -> Vec<(Isa, String)> {
+    Isa::available()
+        .into_iter()
+        .map(|isa| {
+            let name = check_with(CpuBackend::new(isa), op.clone(), inputs, constant);
+            (isa, name)
+        })
+        .collect()
 }
 
 fn check_with(

@@ -215,7 +215,7 @@ pub struct WinogradKernel {
 
 /// G g G^T (A x A, row-major, into `u[..A * A]`) for one 3x3 filter `g` (row-major),
 /// computed in f64.
-fn transform_filter(g: &[f32], tile: WinogradTile, u: &mut [f64; 36]) {
+pub(crate) fn transform_filter(g: &[f32], tile: WinogradTile, u: &mut [f64; 36]) {
     let gm = tile.g();
     let a = gm.len();
     // t = G g (A x 3), then u = t G^T (A x A).

@@ -6,6 +6,8 @@ mod conv;
 mod depthwise;
 #[cfg(test)]
 mod tests;
+#[cfg(target_arch = "x86_64")]
+mod winograd;
 
 use crate::backend::{boxed, Built, Registry, Req};
 use crate::fast::{f32_shape, input, output};
@@ -287,6 +289,13 @@ fn blocked_conv(c: &Conv, r: &Req) -> Built {
     if s.group > 1 {
         let k = depthwise::DepthwiseKernel::new(isa, s, c.activation, x, w, bias);
         return boxed(k, "a depthwise convolution over whole blocks");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && blocked_input && winograd::pays(&s) {
+        let k = winograd::WinogradKernel::new(r.cx.gemm(), s.clone(), c.activation, x, w, bias);
+        if let Some(k) = k.map_err(|e| e.to_string())? {
+            return Ok(Box::new(k));
+        }
     }
     let k = conv::ConvKernel::new(isa, s, blocked_input, c.activation, x, w, bias);
     boxed(k, "a 2-D convolution")

@@ -1,7 +1,7 @@
 //! The blocked (NCHWc) kernels against the reference over many shapes: convolutions
 //! (ordinary, depthwise, plain input), pooling and the reorders.
 
-use crate::tests::{check, pool, Lcg};
+use crate::tests::{check, check_each, pool, Lcg};
 use crate::testutil::acts;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::layout::{Nchwc, ReorderNchwc};
@@ -112,6 +112,71 @@ fn blocked_convs_match_reference() {
         });
     }
     assert!(names.iter().all(|n| n == "cpu.nchwc.conv"), "{names:?}");
+}
+
+/// 3x3 stride-1 convolutions big enough for the blocked Winograd kernel under AVX-512 (the
+/// direct kernel elsewhere): odd and even sizes (partial tiles at the bottom and right),
+/// uneven and no pads, batches, activations, and as many threads as blocks of tiles or fewer.
+#[test]
+fn blocked_winograd_convs_match_reference() {
+    let acts = acts();
+    let mut rng = Lcg(29);
+    let mut names = Vec::new();
+    for threads in [1, 3] {
+        pool(threads).install(|| {
+            for (i, &(c, m, h, w, pads)) in [
+                (64, 8, 24, 25, [1, 1, 1, 1]),
+                (72, 24, 30, 27, [1, 0, 1, 2]),
+                (128, 64, 28, 28, [1, 1, 1, 1]),
+                (64, 40, 30, 31, [0, 0, 0, 0]),
+                (64, 32, 57, 29, [1, 1, 0, 1]),
+            ]
+            .iter()
+            .enumerate()
+            {
+                let x = [1 + i % 2, c, h, w];
+                let act = acts[i % acts.len()];
+                names.extend(check_conv_each(&mut rng, x, m, pads, act));
+            }
+        });
+    }
+    for (isa, name) in names {
+        let want = if isa.name() == "avx512" {
+            "cpu.nchwc.winograd4"
+        } else {
+            "cpu.nchwc.conv"
+        };
+        assert_eq!(name, want, "{isa}");
+    }
+}
+
+/// A 3x3 stride-1 blocked convolution of `x` to `m` channels: the kernel name per ISA.
+fn check_conv_each(
+    rng: &mut Lcg,
+    x: [usize; 4],
+    m: usize,
+    pads: [usize; 4],
+    act: Option<UnaryKind>,
+) -> Vec<(crate::Isa, String)> {
+    let conv = Conv {
+        params: ConvParams {
+            kernel_shape: None,
+            strides: Some(vec![1, 1]),
+            dilations: Some(vec![1, 1]),
+            pads: Some(pads.to_vec()),
+            auto_pad: AutoPad::NotSet,
+        },
+        group: 1,
+        activation: act,
+    };
+    let op: Arc<dyn Op> = Arc::new(Nchwc {
+        inner: Arc::new(conv),
+        blocked_input: true,
+    });
+    let xt = blocked(&rng.tensor(&x));
+    let bias = (rng.next() > -0.5).then(|| rng.tensor(&[m]));
+    let ins = vec![Some(xt), Some(rng.tensor(&[m, x[1], 3, 3])), bias];
+    check_each(op, &ins, &[false, true, true])
 }
 
 #[test]

@@ -1,0 +1,435 @@
+//! Winograd F(4x4, 3x3) convolution on blocked (NCHWc) tensors, for AVX-512.
+//!
+//! The plain Winograd kernel (`crate::winograd`) transforms one channel plane at a time in
+//! scalar loops and multiplies `M x C` weights by `C x tiles` inputs, packing the inputs for
+//! every GEMM; under AVX-512 the blocked direct convolution beat it on every 3x3 conv. Here
+//! the blocked layout holds eight channels of a pixel side by side, so both transforms run on
+//! whole vectors of channels, and the products are `tiles x C` by `C x M` with the weights
+//! packed once:
+//!
+//! 1. a block of [`BLOCK_TILES`] output tiles (4x4 pixels each) reads its 6x6 input patches
+//!    from a zero-padded copy of the input and writes `V[p][tile][C] = (B^T d B)[p]` for the
+//!    36 patch positions `p`;
+//! 2. 36 GEMMs `Z[p] = V[p] U[p]` (`U[p] = (G g G^T)[p]`, `C x M`, packed at build);
+//! 3. `A^T Z A` per tile and block of eight output channels gives the 4x4 outputs, plus bias
+//!    and activation, stored straight into the blocked output.
+//!
+//! Four times fewer multiplies than the direct convolution; the transforms and the weights
+//! (36 planes instead of 9) are the cost, so [`pays`] keeps it to images with enough tiles.
+
+use super::{SendPtr, B};
+use crate::fast::{input, output};
+use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side};
+use crate::scratch::{grown, with_taken};
+use crate::winograd::{transform_filter, WinogradTile};
+use ferrolite_core::ops::elementwise::unary::UnaryKind;
+use ferrolite_core::ops::linalg::conv::ConvShapes;
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::{op_ensure, OpResult, Tensor};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// Output tiles per block: the GEMMs' rows (a multiple of the microkernel's six), and what
+/// each packed weight plane is reused for before the next block streams it again.
+const BLOCK_TILES: usize = 48;
+
+/// Patch positions (6 x 6).
+const P: usize = 36;
+
+/// The distance between two positions' planes of `V` (or `Z`) with `len` values each: one
+/// cache line more than a multiple of 16, so the 36 planes a tile's transform writes (or
+/// reads) do not all fall in the same L1 set (48 tiles of 64 channels are 12 KB apart
+/// exactly: the transform ran 4x slower).
+fn plane_stride(len: usize) -> usize {
+    len.next_multiple_of(16) + 16
+}
+
+thread_local! {
+    /// The padded input.
+    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A block's transformed inputs and products (`V`, `Z`).
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Whether the blocked Winograd kernel computes this convolution, and pays: 3x3, stride 1,
+/// dilation 1, one group, whole blocks of channels, at least 64 input channels and an output
+/// of at least 24 x 24 (36 tiles). Measured against the direct kernel on one core (AMD EPYC,
+/// Zen 5): resnet18's 64-channel 56x56 convs 0.9-1.0 ms against 1.18, its 128-channel 28x28
+/// ones 0.74-0.85 against 1.18; but its 256-channel 14x14 ones (16 tiles, 9.4 MB of
+/// transformed weights streamed for them) 1.2-1.27 against 1.27, and squeezenet's expand
+/// convs (16 to 64 input channels) 1.5-2x slower.
+pub(crate) fn pays(s: &ConvShapes) -> bool {
+    let g = &s.geometry;
+    g.input.len() == 2
+        && g.kernel == [3, 3]
+        && g.strides == [1, 1]
+        && g.dilations == [1, 1]
+        && s.group == 1
+        && s.in_channels.is_multiple_of(B)
+        && s.out_channels.is_multiple_of(B)
+        && s.in_channels >= 64
+        && g.output.iter().all(|&o| o >= 24)
+}
+
+/// A blocked Winograd F(4x4, 3x3) convolution (see the module's comment).
+#[derive(Debug)]
+pub(crate) struct WinogradKernel {
+    gemm: Sgemm,
+    x: Vec<usize>,
+    s: ConvShapes,
+    /// `U[p]`, `C x M`, packed as right operands.
+    u: Vec<PackedMatrix>,
+    bias: Vec<f32>,
+    act: Option<UnaryKind>,
+}
+
+impl WinogradKernel {
+    /// `None` unless [`pays`] and the weights are `M x C x 3 x 3`.
+    pub(crate) fn new(
+        gemm: Sgemm,
+        s: ConvShapes,
+        act: Option<UnaryKind>,
+        x: &[usize],
+        w: &[f32],
+        bias: Option<&[f32]>,
+    ) -> OpResult<Option<Self>> {
+        let (c, m) = (s.in_channels, s.out_channels);
+        if !pays(&s) || w.len() != m * c * 9 {
+            return Ok(None);
+        }
+        // U[p][ci][mi] from each filter's transform.
+        let mut planes = vec![0f32; P * c * m];
+        let mut t = [0f64; 36];
+        for (f, filter) in w.chunks_exact(9).enumerate() {
+            let (mi, ci) = (f / c, f % c);
+            transform_filter(filter, WinogradTile::F4, &mut t);
+            for (p, &v) in t.iter().enumerate() {
+                planes[(p * c + ci) * m + mi] = v as f32;
+            }
+        }
+        let u = planes
+            .chunks_exact(c * m)
+            .map(|up| {
+                let src = MatRef {
+                    data: up,
+                    rs: m,
+                    cs: 1,
+                };
+                gemm.pack(c, m, src, Side::B)
+            })
+            .collect::<OpResult<Vec<_>>>()?;
+        Ok(Some(WinogradKernel {
+            gemm,
+            x: x.to_vec(),
+            bias: bias.map_or_else(|| vec![0.0; m], |b| b.to_vec()),
+            s,
+            u,
+            act,
+        }))
+    }
+
+    /// Tile rows and columns.
+    fn tiles(&self) -> (usize, usize) {
+        let o = &self.s.geometry.output;
+        (o[0].div_ceil(4), o[1].div_ceil(4))
+    }
+
+    /// The padded input's height and width: every tile's 6 x 6 patch lies inside.
+    fn padded(&self) -> (usize, usize) {
+        let (th, tw) = self.tiles();
+        (4 * th + 2, 4 * tw + 2)
+    }
+
+    /// Copies one image (blocked, `C/8` planes) into `dst` at the convolution's top and left
+    /// padding, zeros around it up to the padded size.
+    fn pad(&self, src: &[f32], dst: &mut [f32]) {
+        let g = &self.s.geometry;
+        let (ph, pw) = self.padded();
+        let (ih, iw) = (g.input[0], g.input[1]);
+        let (pt, pl) = (g.pad_begin[0], g.pad_begin[1]);
+        // The padded plane holds the whole image whenever the padding is not negative; the
+        // clipping only guards the slices.
+        let rows = ih.min(ph.saturating_sub(pt));
+        let cols = iw.min(pw.saturating_sub(pl));
+        for (s, d) in src
+            .chunks_exact(ih * iw * B)
+            .zip(dst.chunks_exact_mut(ph * pw * B))
+        {
+            d.fill(0.0);
+            for r in 0..rows {
+                let at = ((pt + r) * pw + pl) * B;
+                d[at..at + cols * B].copy_from_slice(&s[r * iw * B..(r * iw + cols) * B]);
+            }
+        }
+    }
+
+    /// One block of tiles `[t0, t1)` of one image: transforms, GEMMs, output.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        x: &[f32],
+        t0: usize,
+        t1: usize,
+        v: &mut Vec<f32>,
+        z: &mut Vec<f32>,
+        y: SendPtr,
+        inner: bool,
+    ) -> OpResult<()> {
+        let (c, m) = (self.s.in_channels, self.s.out_channels);
+        let n = t1 - t0;
+        let (vs, zs) = (plane_stride(n * c), plane_stride(n * m));
+        let v = grown(v, P * vs);
+        let z = grown(z, P * zs);
+        // SAFETY: the CPU has AVX-512F and VL (the kernel is built for Avx512 only); the
+        // transforms check the sizes they rely on.
+        unsafe { avx512::input(self, x, t0, t1, v) };
+        let gemm_plane = |(p, zp): (usize, &mut [f32])| {
+            let a = MatRef {
+                data: &v[p * vs..p * vs + n * c],
+                rs: c,
+                cs: 1,
+            };
+            let zp = MatMut {
+                data: zp,
+                rs: m,
+                cs: 1,
+            };
+            self.gemm.gemm(
+                n,
+                c,
+                m,
+                1.0,
+                Operand::Mat(a),
+                Operand::Packed(&self.u[p]),
+                false,
+                zp,
+                &Epilogue::default(),
+                false,
+            )
+        };
+        if inner {
+            z.par_chunks_mut(zs)
+                .map(|zp| &mut zp[..n * m])
+                .enumerate()
+                .try_for_each(gemm_plane)?;
+        } else {
+            z.chunks_mut(zs)
+                .map(|zp| &mut zp[..n * m])
+                .enumerate()
+                .try_for_each(gemm_plane)?;
+        }
+        let z: &[f32] = z;
+        let blocks = m / B;
+        let out = |ob: usize| {
+            // SAFETY: as above; this call writes output block ob of tiles t0..t1 only.
+            unsafe { avx512::output(self, z, t0, t1, ob, y) }
+        };
+        if inner {
+            (0..blocks).into_par_iter().for_each(out);
+        } else {
+            (0..blocks).for_each(out);
+        }
+        Ok(())
+    }
+}
+
+impl Kernel for WinogradKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = input(inputs, 0, &self.x)?;
+        let s = &self.s;
+        let g = &s.geometry;
+        let (c, m) = (s.in_channels, s.out_channels);
+        let (oh, ow) = (g.output[0], g.output[1]);
+        let y = output(outputs, 0, s.batch * m * oh * ow)?;
+        let in_item = c * g.input[0] * g.input[1];
+        op_ensure!(x.len() == s.batch * in_item, "input has {} values", x.len());
+        let (th, tw) = self.tiles();
+        let tiles = th * tw;
+        let (ph, pw) = self.padded();
+        let threads = rayon::current_num_threads();
+        // Blocks in parallel when there are enough of them; otherwise each block spreads its
+        // GEMMs and output transform over the threads.
+        let per_block = BLOCK_TILES.min(tiles.div_ceil(threads.max(1)).next_multiple_of(6));
+        let per_block = per_block.max(6);
+        let blocks = tiles.div_ceil(per_block);
+        let parallel = threads > 1 && blocks >= threads;
+        let inner = threads > 1 && !parallel;
+        for (xi, yi) in x.chunks_exact(in_item).zip(y.chunks_exact_mut(m * oh * ow)) {
+            let yp = SendPtr(yi.as_mut_ptr());
+            with_taken(&PADDED, |pad| {
+                let xp = grown(pad, c * ph * pw);
+                self.pad(xi, xp);
+                let xp: &[f32] = xp;
+                let work = |b: usize| {
+                    let (t0, t1) = (b * per_block, ((b + 1) * per_block).min(tiles));
+                    with_taken(&SCRATCH, |(v, z)| self.block(xp, t0, t1, v, z, yp, inner))
+                };
+                if parallel {
+                    (0..blocks).into_par_iter().try_for_each(work)
+                } else {
+                    (0..blocks).try_for_each(work)
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.nchwc.winograd4"
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{SendPtr, WinogradKernel, B, P};
+    use crate::nchwc::clamp_of;
+    use std::arch::x86_64::*;
+
+    /// `B^T d` for six rows (or columns) of a patch, eight channels a vector (points 0, 1,
+    /// -1, 2, -2 and infinity, as `crate::winograd`'s scalar `bt4`).
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    #[inline]
+    fn bt4(d: [__m256; 6]) -> [__m256; 6] {
+        let [d0, d1, d2, d3, d4, d5] = d;
+        let (c2, c4, c5) = (
+            _mm256_set1_ps(2.0),
+            _mm256_set1_ps(4.0),
+            _mm256_set1_ps(5.0),
+        );
+        let (t, u) = (_mm256_sub_ps(d1, d3), _mm256_sub_ps(d4, d2));
+        [
+            _mm256_fmadd_ps(c4, d0, _mm256_fnmadd_ps(c5, d2, d4)),
+            _mm256_fnmadd_ps(c4, _mm256_add_ps(d1, d2), _mm256_add_ps(d3, d4)),
+            _mm256_fmadd_ps(c4, _mm256_sub_ps(d1, d2), _mm256_sub_ps(d4, d3)),
+            _mm256_fnmadd_ps(c2, t, u),
+            _mm256_fmadd_ps(c2, t, u),
+            _mm256_fmadd_ps(c4, d1, _mm256_fnmadd_ps(c5, d3, d5)),
+        ]
+    }
+
+    /// `A^T m` for six products, eight channels a vector (as the scalar `at4`).
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    #[inline]
+    fn at4(m: [__m256; 6]) -> [__m256; 4] {
+        let [m0, m1, m2, m3, m4, m5] = m;
+        let (s12, d12) = (_mm256_add_ps(m1, m2), _mm256_sub_ps(m1, m2));
+        let (s34, d34) = (_mm256_add_ps(m3, m4), _mm256_sub_ps(m3, m4));
+        [
+            _mm256_add_ps(_mm256_add_ps(m0, s12), s34),
+            _mm256_fmadd_ps(_mm256_set1_ps(2.0), d34, d12),
+            _mm256_fmadd_ps(_mm256_set1_ps(4.0), s34, s12),
+            _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0), d34, d12), m5),
+        ]
+    }
+
+    /// The input transform of tiles `[t0, t1)`: `v[(p * n + t - t0) * C + ci]` for every
+    /// patch position `p` and channel `ci`, from the padded input `x`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and VL.
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub(super) unsafe fn input(k: &WinogradKernel, x: &[f32], t0: usize, t1: usize, v: &mut [f32]) {
+        let c = k.s.in_channels;
+        let (_, tw) = k.tiles();
+        let (ph, pw) = k.padded();
+        let n = t1 - t0;
+        let vs = super::plane_stride(n * c);
+        let plane = ph * pw * B;
+        assert!(x.len() >= c / B * plane && v.len() >= P * vs);
+        assert!(t1 <= k.tiles().0 * tw);
+        // Tile by tile, its channel blocks in turn: each plane of V is written in order.
+        for t in t0..t1 {
+            for cb in 0..c / B {
+                let (ty, tx) = (t / tw, t % tw);
+                // SAFETY: the patch's rows 4 ty .. + 6 and columns 4 tx .. + 6 lie inside the
+                // padded plane cb (4 th + 2 by 4 tw + 2, asserted x holds them); v holds P
+                // rows of n tiles of c channels (asserted).
+                unsafe {
+                    let base = x.as_ptr().add(cb * plane + (4 * ty * pw + 4 * tx) * B);
+                    // Rows first: h[i][q] = (row i of d) B, component q.
+                    let mut h = [[_mm256_setzero_ps(); 6]; 6];
+                    for (i, hi) in h.iter_mut().enumerate() {
+                        let r = base.add(i * pw * B);
+                        *hi = bt4(std::array::from_fn(|q| _mm256_loadu_ps(r.add(q * B))));
+                    }
+                    let dst = v.as_mut_ptr().add((t - t0) * c + cb * B);
+                    // Column q of the row-major 6 x 6 array h.
+                    #[allow(clippy::needless_range_loop)]
+                    for q in 0..6 {
+                        let col = bt4(std::array::from_fn(|i| h[i][q]));
+                        for (a, val) in col.into_iter().enumerate() {
+                            _mm256_storeu_ps(dst.add((a * 6 + q) * vs), val);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The output transform of tiles `[t0, t1)` for output block `ob` (eight channels): the
+    /// 4x4 pixels of each tile inside the output, with bias and activation, into `y` (this
+    /// image's blocked output).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and VL; no one else may write these tiles' pixels of
+    /// block `ob` meanwhile.
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    pub(super) unsafe fn output(
+        k: &WinogradKernel,
+        z: &[f32],
+        t0: usize,
+        t1: usize,
+        ob: usize,
+        y: SendPtr,
+    ) {
+        let m = k.s.out_channels;
+        let (oh, ow) = (k.s.geometry.output[0], k.s.geometry.output[1]);
+        let (_, tw) = k.tiles();
+        let n = t1 - t0;
+        let zs = super::plane_stride(n * m);
+        assert!(z.len() >= P * zs && (ob + 1) * B <= m && k.bias.len() >= m);
+        let clamp = clamp_of(k.act);
+        let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        // SAFETY: the bias holds m values (asserted).
+        let bias = unsafe { _mm256_loadu_ps(k.bias.as_ptr().add(ob * B)) };
+        let per_element = k.act.is_some() && clamp.is_none();
+        let plane = oh * ow * B;
+        for t in t0..t1 {
+            let (ty, tx) = (t / tw, t % tw);
+            let rows = (oh - 4 * ty).min(4);
+            let cols = (ow - 4 * tx).min(4);
+            // SAFETY: Z's rows of this tile (asserted size); the output pixels stored are
+            // inside the image (rows, cols clipped) and block ob's plane, which the caller
+            // lets this call write.
+            unsafe {
+                let src = z.as_ptr().add((t - t0) * m + ob * B);
+                // Columns first: tmp[r][b] = (A^T Z)[r] for column b.
+                let mut tmp = [[_mm256_setzero_ps(); 6]; 4];
+                // Column b of Z's 6 x 6 positions into column b of tmp.
+                #[allow(clippy::needless_range_loop)]
+                for b in 0..6 {
+                    let col = at4(std::array::from_fn(|a| {
+                        _mm256_loadu_ps(src.add((a * 6 + b) * zs))
+                    }));
+                    for (r, val) in col.into_iter().enumerate() {
+                        tmp[r][b] = val;
+                    }
+                }
+                for (r, row) in tmp.iter().enumerate().take(rows) {
+                    let out = at4(*row);
+                    let dst = y.0.add(ob * plane + ((4 * ty + r) * ow + 4 * tx) * B);
+                    for (j, val) in out.into_iter().enumerate().take(cols) {
+                        let val = _mm256_add_ps(val, bias);
+                        let val = _mm256_min_ps(_mm256_max_ps(val, lo), hi);
+                        _mm256_storeu_ps(dst.add(j * B), val);
+                    }
+                    if per_element {
+                        let row = std::slice::from_raw_parts_mut(dst, cols * B);
+                        crate::sgemm::activate(k.act, row);
+                    }
+                }
+            }
+        }
+    }
+}
