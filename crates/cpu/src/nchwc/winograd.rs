@@ -249,8 +249,11 @@ impl Kernel for WinogradKernel {
         let threads = rayon::current_num_threads();
         // Blocks in parallel when there are enough of them; otherwise each block spreads its
         // GEMMs and output transform over the threads.
-        let per_block = BLOCK_TILES.min(tiles.div_ceil(threads.max(1)).next_multiple_of(6));
-        let per_block = per_block.max(6);
+        // As many blocks as fit BLOCK_TILES, rounded up to a multiple of the threads so they
+        // finish together (resnet18's 196 tiles made 5 blocks for 2 threads).
+        let threads_ = threads.max(1);
+        let wanted = tiles.div_ceil(BLOCK_TILES).next_multiple_of(threads_);
+        let per_block = tiles.div_ceil(wanted).next_multiple_of(6).max(6);
         let blocks = tiles.div_ceil(per_block);
         let parallel = threads > 1 && blocks >= threads;
         let inner = threads > 1 && !parallel;
