@@ -214,7 +214,17 @@ impl DepthwiseKernel {
                 // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `row_avx2` checks
                 // the sizes its taps rely on.
                 Isa::Avx2Fma | Isa::Avx512 => unsafe {
-                    row_avx2(g, plane, w, &bias, oy, &plan, clamp, out)
+                    row_avx2(
+                        g,
+                        plane,
+                        w,
+                        &bias,
+                        oy,
+                        &plan,
+                        clamp,
+                        self.isa == Isa::Avx512,
+                        out,
+                    )
                 },
                 Isa::Portable => {
                     for (ox, o) in out.chunks_exact_mut(B).enumerate() {
@@ -275,6 +285,7 @@ unsafe fn row_avx2(
     oy: usize,
     plan: &RowPlan,
     clamp: Option<(f32, f32)>,
+    wide: bool,
     out: &mut [f32],
 ) {
     use std::arch::x86_64::*;
@@ -335,6 +346,30 @@ unsafe fn row_avx2(
             pixels_3x3(rows, sw, &wv, bv, bounds, n, o.add(first * B));
         }
         return;
+    }
+    if wide && sw == 1 && dw == 1 && plan.kh.len() <= 16 {
+        // Two pixels a zmm where the CPU has AVX-512 (5x5 kernels, say).
+        let mut offsets = [0usize; 16];
+        for (o, kh) in offsets.iter_mut().zip(plan.kh.clone()) {
+            *o = row(kh);
+        }
+        let rows = &offsets[..plan.kh.len()];
+        // SAFETY: the CPU has AVX-512F and DQ (`wide` says the Isa is Avx512); the inner
+        // pixels' taps lie inside the image (RowPlan) and each pixel inside `out`.
+        i = unsafe {
+            avx512::inner_s1(
+                x,
+                wp,
+                bias,
+                rows,
+                plan.kh.start,
+                kw,
+                x0,
+                n,
+                clamp,
+                o.add(first * B),
+            )
+        };
     }
     macro_rules! pixels {
         ($p:literal) => {{
@@ -582,12 +617,77 @@ unsafe fn tile_3x3<const S: usize, const T: usize>(
     }
 }
 
-/// The stride-1 3x3 kernel on 16 lanes: one zmm holds two neighbouring pixels' eight
+/// The stride-1 kernels on 16 lanes: one zmm holds two neighbouring pixels' eight
 /// channels, which lie side by side in the blocked layout, so a tap is one load and one FMA
 /// for two pixels.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{unpadded_3x3, B};
+
+    /// The first `n` (rounded down to even) inner pixels of a stride-1, dilation-1 row, two
+    /// a register, eight pairs at a time where there are: kernel row `kh0 + j` reads image
+    /// row `rows[j]` (a value offset) from column `x0`; weights `[KH][kw][8]` at `w`. Returns
+    /// how many pixels it did.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and DQ; every tap of the pixels must lie inside the
+    /// plane at `x` and `out` hold `n * 8` values.
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn inner_s1(
+        x: *const f32,
+        w: *const f32,
+        bias: &[f32; B],
+        rows: &[usize],
+        kh0: usize,
+        kw: usize,
+        x0: usize,
+        n: usize,
+        clamp: Option<(f32, f32)>,
+        out: *mut f32,
+    ) -> usize {
+        let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        // SAFETY: eight values of bias; the taps and outputs as the caller vouches.
+        unsafe {
+            let bv = _mm512_broadcast_f32x8(_mm256_loadu_ps(bias.as_ptr()));
+            let mut i = 0;
+            macro_rules! pairs {
+                ($t:literal) => {{
+                    let mut acc = [bv; $t];
+                    for (j, &r) in rows.iter().enumerate() {
+                        for k in 0..kw {
+                            let wt = w.add(((kh0 + j) * kw + k) * B);
+                            let wv = _mm512_broadcast_f32x8(_mm256_loadu_ps(wt));
+                            let at = x.add((r + x0 + i + k) * B);
+                            for (p, a) in acc.iter_mut().enumerate() {
+                                let xv = _mm512_loadu_ps(at.add(2 * p * B));
+                                *a = _mm512_fmadd_ps(xv, wv, *a);
+                            }
+                        }
+                    }
+                    for (p, a) in acc.iter().enumerate() {
+                        let a = _mm512_min_ps(_mm512_max_ps(*a, lo), hi);
+                        _mm512_storeu_ps(out.add((i + 2 * p) * B), a);
+                    }
+                    i += 2 * $t;
+                }};
+            }
+            while i + 16 <= n {
+                pairs!(8);
+            }
+            if i + 8 <= n {
+                pairs!(4);
+            }
+            if i + 4 <= n {
+                pairs!(2);
+            }
+            if i + 2 <= n {
+                pairs!(1);
+            }
+            i
+        }
+    }
     use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
     use std::arch::x86_64::*;
     use std::ops::Range;
