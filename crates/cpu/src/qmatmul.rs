@@ -8,7 +8,7 @@ use crate::qparams::{qparams, signed, zero_points, QParams};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::linalg::matmul::MatMulInteger;
-use ferrolite_core::ops::quant::{QGemm, QLinearMatMul};
+use ferrolite_core::ops::quant::{MatMulIntegerToFloat, QGemm, QLinearMatMul};
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
@@ -22,6 +22,13 @@ enum Output {
     I32,
     /// QGemm without an output quantization: scaled per column to f32.
     F32 { scale: Vec<f32> },
+    /// MatMulIntegerToFloat: scaled by A's scale (input `a_scale`, read at run time: a
+    /// DynamicQuantizeLinear's) times B's per column, plus the bias.
+    ToFloat {
+        a_scale: usize,
+        b_scale: Vec<f32>,
+        bias: Option<Vec<f32>>,
+    },
 }
 
 #[derive(Debug)]
@@ -234,7 +241,47 @@ impl QMatMulKernel {
         })
     }
 
-    fn run_on(&self, a: &Tensor, a_zero: i32, y: &mut Tensor) -> OpResult<()> {
+    /// com.microsoft MatMulIntegerToFloat with f32 scales: A's scale one value (known at run
+    /// time or not), B's constant per tensor or per column, the bias constant per column.
+    fn to_float(isa: Isa, r: &KernelRequest) -> Result<Self, String> {
+        let mut k = QMatMulKernel::new(isa, r, (0, 4, 1, 5), None, "cpu.matmul_integer_to_float")?;
+        let n = k.b.len();
+        let f32_input = |slot: usize| {
+            r.inputs
+                .get(slot)
+                .and_then(|v| v.as_ref())
+                .filter(|v| v.dtype == DType::F32)
+        };
+        let a_scale = f32_input(2).ok_or("needs an f32 a_scale")?;
+        if a_scale.shape.iter().product::<usize>() != 1 {
+            return Err("needs one a_scale value".into());
+        }
+        f32_input(3).ok_or("needs an f32 b_scale")?;
+        let b_scale = constant(r, 3)
+            .and_then(|t| t.as_slice::<f32>().ok())
+            .filter(|v| v.len() == 1 || v.len() == n)
+            .ok_or("needs a constant b_scale of one value or one per column")?;
+        let bias = match r.inputs.get(6).and_then(|v| v.as_ref()) {
+            None => None,
+            Some(_) => Some(
+                constant(r, 6)
+                    .and_then(|t| t.as_slice::<f32>().ok())
+                    .filter(|v| v.len() == n)
+                    .ok_or("needs a constant f32 bias of one value per column")?
+                    .to_vec(),
+            ),
+        };
+        k.output = Output::ToFloat {
+            a_scale: 2,
+            b_scale: (0..n)
+                .map(|j| b_scale[if b_scale.len() == 1 { 0 } else { j }])
+                .collect(),
+            bias,
+        };
+        Ok(k)
+    }
+
+    fn run_on(&self, a: &Tensor, a_zero: i32, a_scale: f32, y: &mut Tensor) -> OpResult<()> {
         op_ensure!(
             a.shape() == self.a_shape.as_slice(),
             "input A has shape {:?}, the kernel was built for {:?}",
@@ -280,6 +327,18 @@ impl QMatMulKernel {
                 },
                 true,
             ),
+            Output::ToFloat { b_scale, bias, .. } => {
+                // The reference's order: the scales' product rounded to f32 first.
+                let scale: Vec<f32> = b_scale.iter().map(|s| a_scale * s).collect();
+                product.run(
+                    &mut Out::F32 {
+                        data: y.as_mut_slice::<f32>()?,
+                        scale: Axis::Cols(&scale),
+                        bias: bias.as_deref().map(Axis::Cols),
+                    },
+                    true,
+                )
+            }
             Output::Quantized { y: yq, mult } => {
                 let (lo, hi) = if yq.signed { (-128, 127) } else { (0, 255) };
                 product.run(
@@ -314,10 +373,18 @@ impl Kernel for QMatMulKernel {
                 }
             }
         };
+        let a_scale = match &self.output {
+            Output::ToFloat { a_scale, .. } => {
+                let t = required(inputs, *a_scale)?;
+                op_ensure!(t.numel() == 1, "a_scale must have one element");
+                t.as_slice::<f32>()?[0]
+            }
+            _ => 1.0,
+        };
         let y = outputs
             .first_mut()
             .ok_or_else(|| OpError("no output".into()))?;
-        self.run_on(a, a_zero, y)
+        self.run_on(a, a_zero, a_scale, y)
     }
 
     fn name(&self) -> &str {
@@ -350,6 +417,14 @@ pub(crate) fn register(r: &mut Registry) {
             )
             .map(|k| Box::new(k) as Box<dyn Kernel>)
         },
+    );
+    r.add::<MatMulIntegerToFloat>(
+        "cpu.matmul_integer_to_float",
+        "MatMulIntegerToFloat",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |_, r| QMatMulKernel::to_float(r.cx.isa, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
     r.add::<MatMulInteger>(
         "cpu.matmul_integer",

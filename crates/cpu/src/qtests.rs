@@ -599,3 +599,56 @@ fn dynamic_quantize_matches_reference() {
         }
     }
 }
+
+/// MatMulIntegerToFloat (what the `quantize` pass makes of MatMulInteger -> Cast -> Mul ->
+/// Add): A's scale and zero point known at run time, B's per tensor or per column, with and
+/// without a bias, over odd shapes; f32 results within the float tolerance of the reference.
+#[test]
+fn matmul_integer_to_float_matches_reference() {
+    use ferrolite_core::ops::quant::MatMulIntegerToFloat;
+    let mut rng = Rng(37);
+    let op: Arc<dyn Op> = Arc::new(MatMulIntegerToFloat);
+    for (i, &(a_shape, k, n)) in [
+        (&[1usize, 9, 40][..], 40, 24),
+        (&[2, 5, 64][..], 64, 70),
+        (&[7, 3][..], 3, 1),
+        (&[1, 128, 256][..], 256, 33),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let per_column = i % 2 == 1;
+        let cols = if per_column { n } else { 1 };
+        let qshape: Vec<usize> = if per_column { vec![n] } else { vec![] };
+        let b_scale: Vec<f32> = (0..cols).map(|j| 0.01 + 0.002 * j as f32).collect();
+        let b_zero: Vec<i8> = (0..cols).map(|j| (j % 5) as i8 - 2).collect();
+        let bias = (i != 2).then(|| {
+            let v: Vec<f32> = (0..n).map(|j| (j as f32 - 3.0) * 0.25).collect();
+            Tensor::from_vec(&[n], v).unwrap()
+        });
+        let ins = vec![
+            Some(rng.q8(DType::U8, a_shape)),
+            Some(rng.q8(DType::I8, &[k, n])),
+            Some(Tensor::scalar(0.037f32)),
+            Some(
+                Tensor::from_vec(&[cols], b_scale)
+                    .unwrap()
+                    .reshaped(&qshape)
+                    .unwrap(),
+            ),
+            Some(scalar(DType::U8, 119)),
+            Some(
+                Tensor::from_vec(&[cols], b_zero)
+                    .unwrap()
+                    .reshaped(&qshape)
+                    .unwrap(),
+            ),
+            bias,
+        ];
+        let constant = [false, true, false, true, false, true, true];
+        assert_eq!(
+            crate::tests::check(op.clone(), &ins, &constant),
+            "cpu.matmul_integer_to_float"
+        );
+    }
+}

@@ -11,6 +11,11 @@
 //!   Q'd output share one scale and zero point run on the 8-bit values directly (they only
 //!   move or select values, and a monotone quantization commutes with max).
 //!
+//! A dynamically quantized MatMul (onnxruntime's `quantize_dynamic`: MatMulInteger, Cast to
+//! float, Mul by the product of the scales, then often Add of a per-column bias) becomes one
+//! com.microsoft MatMulIntegerToFloat, so the 32-bit products are scaled (and biased) as they
+//! are stored instead of in three more passes over them.
+//!
 //! Add, Mul, Sigmoid and GlobalAveragePool between DQ and Q stay float, as onnxruntime leaves
 //! them: their QLinear forms (com.microsoft) round on a different path than the float
 //! simulation that defines a QDQ model, and on deep networks (mobilenet_v2) those one-step
@@ -19,13 +24,19 @@
 //! Afterwards the DequantizeLinear nodes of constants that stay float are folded, once: shape
 //! inference leaves DequantizeLinear unfolded so that this pass sees the 8-bit weights.
 
-use super::rewrite::{constant, input, out, producer, rewrite_all, Arg, Rewrite, Uses};
+use super::rewrite::{
+    binary, constant, info, input, out, producer, rewrite_all, Arg, Rewrite, Uses,
+};
 use super::Pass;
 use crate::infer::node_error;
+use crate::ops::elementwise::binary::BinaryKind;
+use crate::ops::elementwise::cast::Cast;
 use crate::ops::linalg::conv::Conv;
 use crate::ops::linalg::gemm::Gemm;
 use crate::ops::linalg::matmul::MatMul;
+use crate::ops::linalg::matmul::MatMulInteger;
 use crate::ops::nn::pool::{Pool, PoolKind};
+use crate::ops::quant::MatMulIntegerToFloat;
 use crate::ops::quant::{DequantizeLinear, QGemm, QLinearConv, QuantizeLinear};
 use crate::ops::shape::concat::Concat;
 use crate::ops::shape::flatten::Flatten;
@@ -43,7 +54,7 @@ impl Pass for Quantize {
     }
 
     fn description(&self) -> &'static str {
-        "run DequantizeLinear -> op -> QuantizeLinear islands as integer ops (Conv as QLinearConv, MatMul and Gemm as QGemm), keep 8-bit values through MaxPool, Reshape, Transpose, Concat, ... where the scales agree, then fold the dequantization of constants that stay float"
+        "run DequantizeLinear -> op -> QuantizeLinear islands as integer ops (Conv as QLinearConv, MatMul and Gemm as QGemm), keep 8-bit values through MaxPool, Reshape, Transpose, Concat, ... where the scales agree, then fold the dequantization of constants that stay float; MatMulInteger -> Cast -> Mul (-> Add) as MatMulIntegerToFloat"
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
@@ -333,6 +344,9 @@ fn passthrough(g: &Graph, p: &Node, y: &Quantized) -> Option<(Arc<dyn Op>, Vec<A
 }
 
 fn matcher(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
+    if let Some(r) = integer_to_float(g, uses, i) {
+        return Some(r);
+    }
     let qn = &g.nodes[i];
     let y = quantize_node(g, qn)?;
     let v = input(qn, 0)?;
@@ -357,6 +371,84 @@ fn matcher(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
         inputs,
         name: Some(p.name.clone()),
         remove: vec![pi],
+        rewire: None,
+    })
+}
+
+/// `MatMulInteger -> Cast(f32) -> Mul(s)` with `s` one f32 value (constant or computed), and
+/// an `Add` of a constant f32 bias of one value per column after it when there is one, at
+/// the last of those nodes: MatMulIntegerToFloat with `s` as A's scale, 1 as B's.
+fn integer_to_float(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
+    let last = &g.nodes[i];
+    let single = |v: ValueId, reader: usize| uses.single(v) == Some(reader);
+    let one_f32 = |v: ValueId| {
+        info(g, v).is_some_and(|t| t.dtype == DType::F32 && t.shape.iter().product::<usize>() == 1)
+    };
+    // The Mul, and the Add after it when `last` is that Add.
+    let (mul_i, bias) = match binary(last)? {
+        (BinaryKind::Add, a, b) => {
+            let (scaled, bias) = if producer(g, a).is_some() && constant(g, b).is_some() {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            let m = producer(g, scaled)?;
+            if !single(scaled, i) || binary(&g.nodes[m])?.0 != BinaryKind::Mul {
+                return None;
+            }
+            (m, Some(bias))
+        }
+        (BinaryKind::Mul, _, _) => (i, None),
+        _ => return None,
+    };
+    let (_, x, y) = binary(&g.nodes[mul_i])?;
+    let (cast_out, scale) = [(x, y), (y, x)].into_iter().find(|&(c, s)| {
+        producer(g, c).is_some_and(|p| g.nodes[p].op.as_any().is::<Cast>()) && one_f32(s)
+    })?;
+    let cast_i = producer(g, cast_out)?;
+    let cast = g.nodes[cast_i].op.as_any().downcast_ref::<Cast>()?;
+    let product = input(&g.nodes[cast_i], 0)?;
+    let mm_i = producer(g, product)?;
+    let mm = &g.nodes[mm_i];
+    if cast.to != DType::F32
+        || !mm.op.as_any().is::<MatMulInteger>()
+        || !single(cast_out, mul_i)
+        || !single(product, cast_i)
+    {
+        return None;
+    }
+    // B's columns, for the bias's shape.
+    let n = *info(g, input(mm, 1)?)?.shape.last()?;
+    let bias_arg = match bias {
+        Some(b) => {
+            let t = constant(g, b)?;
+            if t.dtype() != DType::F32 || t.shape() != [n] {
+                return None;
+            }
+            Arg::Value(b)
+        }
+        None => Arg::Absent,
+    };
+    let arg = |k: usize| input(mm, k).map_or(Arg::Absent, Arg::Value);
+    let inputs = vec![
+        arg(0),
+        arg(1),
+        Arg::Value(scale),
+        Arg::Const("b_scale", Tensor::scalar(1.0f32)),
+        arg(2),
+        arg(3),
+        bias_arg,
+    ];
+    let mut remove = vec![mm_i, cast_i];
+    if mul_i != i {
+        remove.push(mul_i);
+    }
+    Some(Rewrite {
+        target: Some(i),
+        op: Some(Arc::new(MatMulIntegerToFloat)),
+        inputs,
+        name: Some(mm.name.clone()),
+        remove,
         rewire: None,
     })
 }
@@ -619,5 +711,117 @@ mod tests {
                 && ops.iter().filter(|o| **o == "DequantizeLinear").count() == 2,
             "{ops:?}"
         );
+    }
+
+    /// onnxruntime's dynamic quantization of a MatMul: DynamicQuantizeLinear, MatMulInteger,
+    /// Cast, Mul by the scales' product, Add of a bias; the same chain without the Add, and
+    /// one whose Cast is also read elsewhere (left alone).
+    #[test]
+    fn dynamic_matmul_chains_become_matmul_integer_to_float() {
+        use crate::ops::elementwise::binary::Binary;
+        use crate::ops::quant::DynamicQuantizeLinear;
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let d = g
+            .add_op("dq", Arc::new(DynamicQuantizeLinear), vec![Some(x)], 3)
+            .unwrap();
+        let (xq, xs, xz) = (d[0], d[1], d[2]);
+        let bin = |kind| {
+            Arc::new(Binary {
+                kind,
+                legacy_axis: None,
+            })
+        };
+        for (t, with_bias) in [(0, true), (1, false), (2, true)] {
+            let w: Vec<i8> = (0..6 * 5).map(|i| ((i * 37 + t) % 255) as i8).collect();
+            let wq = g.add_constant(format!("w{t}"), Tensor::from_vec(&[6, 5], w).unwrap());
+            let wz = g.add_constant(format!("wz{t}"), Tensor::scalar(3i8));
+            let ws = g.add_constant(format!("ws{t}"), Tensor::scalar(0.02f32));
+            let s = g
+                .add_op(
+                    format!("s{t}"),
+                    bin(BinaryKind::Mul),
+                    vec![Some(xs), Some(ws)],
+                    1,
+                )
+                .unwrap()[0];
+            let inputs = vec![Some(xq), Some(wq), Some(xz), Some(wz)];
+            let mm = g
+                .add_op(format!("mm{t}"), Arc::new(MatMulInteger), inputs, 1)
+                .unwrap()[0];
+            let c = g
+                .add_op(
+                    format!("c{t}"),
+                    Arc::new(Cast::new(DType::F32)),
+                    vec![Some(mm)],
+                    1,
+                )
+                .unwrap()[0];
+            let mut y = g
+                .add_op(
+                    format!("m{t}"),
+                    bin(BinaryKind::Mul),
+                    vec![Some(c), Some(s)],
+                    1,
+                )
+                .unwrap()[0];
+            if with_bias {
+                let b = g.add_constant(
+                    format!("b{t}"),
+                    Tensor::from_vec(&[5], vec![0.5f32, -1.0, 0.25, 2.0, 0.0]).unwrap(),
+                );
+                y = g
+                    .add_op(
+                        format!("a{t}"),
+                        bin(BinaryKind::Add),
+                        vec![Some(b), Some(y)],
+                        1,
+                    )
+                    .unwrap()[0];
+            }
+            g.outputs.push(y);
+            if t == 2 {
+                // The Cast's value is a graph output too: the chain must stay.
+                g.outputs.push(c);
+            }
+        }
+        let x_val = data(&[3, 6], 1.5);
+        let all: Vec<String> = default_pipeline()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        let outputs = |g: &Graph, disabled: &[String]| {
+            let mut g = g.clone();
+            let dynamic = optimize(
+                &mut g,
+                &[TensorInfo::of(&x_val)],
+                &default_pipeline(),
+                disabled,
+            )
+            .unwrap();
+            let ys = Plan::build(&g, &dynamic, None)
+                .unwrap()
+                .run(&[&x_val])
+                .unwrap();
+            (g, ys)
+        };
+        let (_, want) = outputs(&g, &all);
+        let (opt, got) = outputs(&g, &[]);
+        let ops: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
+        let fused = ops.iter().filter(|o| **o == "MatMulIntegerToFloat").count();
+        assert_eq!(fused, 2, "{}", opt.to_text());
+        assert_eq!(
+            ops.iter().filter(|o| **o == "MatMulInteger").count(),
+            1,
+            "{ops:?}"
+        );
+        for (g, w) in got.iter().zip(&want) {
+            let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
+            assert!(w.iter().any(|&v| v != 0.0));
+            for (a, b) in g.iter().zip(&w) {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{g:?} vs {w:?}");
+            }
+        }
     }
 }
