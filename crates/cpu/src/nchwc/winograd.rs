@@ -147,19 +147,14 @@ impl WinogradKernel {
         let (ph, pw) = self.padded();
         let (ih, iw) = (g.input[0], g.input[1]);
         let (pt, pl) = (g.pad_begin[0], g.pad_begin[1]);
-        // The padded plane holds the whole image whenever the padding is not negative; the
-        // clipping only guards the slices.
-        let rows = ih.min(ph.saturating_sub(pt));
-        let cols = iw.min(pw.saturating_sub(pl));
+        // A 3x3 stride-1 output has ih + pt + pb - 2 rows, so the 4 th + 2 padded rows hold
+        // the top padding and the whole image (and likewise across): `pad_plane` zeroes the
+        // rest.
         for (s, d) in src
             .chunks_exact(ih * iw * B)
             .zip(dst.chunks_exact_mut(ph * pw * B))
         {
-            d.fill(0.0);
-            for r in 0..rows {
-                let at = ((pt + r) * pw + pl) * B;
-                d[at..at + cols * B].copy_from_slice(&s[r * iw * B..(r * iw + cols) * B]);
-            }
+            super::pad_plane(s, d, [ih, iw], [pt, pl], pw, B);
         }
     }
 
