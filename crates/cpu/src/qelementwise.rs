@@ -116,7 +116,6 @@ struct QMaxPoolKernel {
     gh: AxisGeometry,
     gw: AxisGeometry,
     h: AxisPlan,
-    w: AxisPlan,
     flip: u8,
 }
 
@@ -139,24 +138,29 @@ impl Kernel for QMaxPoolKernel {
             "output size differs from the plan"
         );
         let flip = self.flip;
+        let gw = &self.gw;
         // Per output row: the column-wise max of its window's input rows (contiguous, so it
-        // vectorizes), then the max along each output's window of that row.
+        // vectorizes) into a row padded with zeros (the smallest value once flipped) on both
+        // sides, then the max along each output's window of that row, with no bounds to check.
+        let padded = ((ow - 1) * gw.stride + gw.effective_kernel()).max(gw.pad_begin + iw);
         let plane = |(xp, yp): (&[u8], &mut [u8])| {
-            let mut rows = vec![0u8; iw];
+            let mut rows = vec![0u8; padded];
+            let mut phases = Vec::new();
             for oy in 0..oh {
                 let (hl, hh) = (self.h.lo[oy], self.h.hi[oy]);
-                rows.fill(0);
+                let inner = &mut rows[gw.pad_begin..gw.pad_begin + iw];
+                inner.fill(0);
                 for kh in hl..hh {
                     let iy = self.gh.tap(oy, kh) as usize;
                     let src = &xp[iy * iw..(iy + 1) * iw];
-                    for (m, &v) in rows.iter_mut().zip(src) {
+                    for (m, &v) in inner.iter_mut().zip(src) {
                         *m = (*m).max(v ^ flip);
                     }
                 }
-                for ox in 0..ow {
-                    let (wl, wh) = (self.w.lo[ox], self.w.hi[ox]);
-                    let m = (wl..wh).fold(0u8, |m, kw| m.max(rows[self.gw.tap(ox, kw) as usize]));
-                    yp[oy * ow + ox] = m ^ flip;
+                let out = &mut yp[oy * ow..(oy + 1) * ow];
+                window_max(&rows, gw, &mut phases, out);
+                for o in out.iter_mut() {
+                    *o ^= flip;
                 }
             }
         };
@@ -168,6 +172,52 @@ impl Kernel for QMaxPoolKernel {
 
     fn name(&self) -> &str {
         "cpu.qmaxpool"
+    }
+}
+
+/// `out[o] = max over taps t of row[o * stride + t * dilation]` (the row padded so every tap
+/// is inside it). Stride 1 reads shifted copies of the row; stride `s` with dilation 1 splits
+/// the row into its `s` phases first, so every tap is again a contiguous slice; both
+/// vectorize.
+fn window_max(row: &[u8], g: &AxisGeometry, phases: &mut Vec<u8>, out: &mut [u8]) {
+    let (s, d, ow) = (g.stride, g.dilation, out.len());
+    out.fill(0);
+    if s == 1 || d == 1 {
+        // Phase p holds row[p], row[p + s], ...; tap t of output o is phase t % s at o + t / s.
+        let len = ow + (g.kernel - 1) * d / s;
+        phases.clear();
+        phases.resize(s * len, 0);
+        if s == 1 {
+            phases.copy_from_slice(&row[..len]);
+        } else if s == 2 {
+            let (even, odd) = phases.split_at_mut(len);
+            let pairs = row.chunks_exact(2);
+            for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+                (*e, *o) = (pair[0], pair[1]);
+            }
+            if row.len() % 2 == 1 && row.len() / 2 < len {
+                even[row.len() / 2] = row[row.len() - 1];
+            }
+        } else {
+            for (p, phase) in phases.chunks_exact_mut(len).enumerate() {
+                for (dst, &v) in phase.iter_mut().zip(row[p..].iter().step_by(s)) {
+                    *dst = v;
+                }
+            }
+        }
+        for t in 0..g.kernel {
+            let (p, at) = ((t * d) % s, (t * d) / s);
+            let src = &phases[p * len + at..p * len + at + ow];
+            for (o, &v) in out.iter_mut().zip(src) {
+                *o = (*o).max(v);
+            }
+        }
+    } else {
+        for (o, y) in out.iter_mut().enumerate() {
+            for t in 0..g.kernel {
+                *y = (*y).max(row[o * s + t * d]);
+            }
+        }
     }
 }
 
@@ -375,7 +425,6 @@ pub(crate) fn register(r: &mut Registry) {
             Ok(Box::new(QMaxPoolKernel {
                 x: x.shape.to_vec(),
                 h: AxisPlan::new(&gh),
-                w: AxisPlan::new(&gw),
                 gh,
                 gw,
                 flip: if signed { 0x80 } else { 0 },

@@ -107,10 +107,13 @@ enum Pairing {
     Elementwise,
     /// `[N, C, D...]` with `[N, C, 1...]` (B per plane), or A per plane when `a_per_plane`.
     PerPlane { plane: usize, a_per_plane: bool },
+    /// One operand is a single value (a constant scale, say), A's when `a_scalar`.
+    Scalar { a_scalar: bool },
 }
 
-/// QLinearAdd (same shapes) and QLinearMul (same shapes, or one operand per channel) as a
-/// 65536-entry table indexed by `a * 256 + b`.
+/// QLinearAdd and QLinearMul on operands of one shape, or with one operand a single value,
+/// and QLinearMul with one operand per channel, as a 65536-entry table indexed by `a * 256 +
+/// b`.
 #[derive(Debug)]
 struct BinaryTable {
     table: Vec<u8>,
@@ -153,8 +156,15 @@ fn binary_table(
             plane: sb[2..].iter().product(),
             a_per_plane: true,
         }
+    } else if sb.iter().product::<usize>() == 1 && sa.iter().product::<usize>() == out_len {
+        Pairing::Scalar { a_scalar: false }
+    } else if sa.iter().product::<usize>() == 1 && sb.iter().product::<usize>() == out_len {
+        Pairing::Scalar { a_scalar: true }
     } else {
-        return Err("needs operands of one shape (or, for QLinearMul, one per channel)".into());
+        return Err(
+            "needs operands of one shape, one a single value, or (for QLinearMul) one per channel"
+                .into(),
+        );
     };
     let consts = constants(r, &[0, 3])?;
     // a runs slowly, b fast: element a * 256 + b.
@@ -196,6 +206,30 @@ impl Kernel for BinaryTable {
                 };
                 let parts = a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK));
                 parts.zip(y.bytes_mut().par_chunks_mut(CHUNK)).for_each(one);
+            }
+            Pairing::Scalar { a_scalar } => {
+                let (full, one) = if a_scalar { (b, a) } else { (a, b) };
+                op_ensure!(
+                    full.len() == self.out_len && one.len() == 1,
+                    "input sizes differ from the plan"
+                );
+                // The row of the table for the single value: a 256-entry lookup.
+                let s = one[0] as usize;
+                let row: Vec<u8> = (0..256)
+                    .map(|x| {
+                        if a_scalar {
+                            t[s << 8 | x]
+                        } else {
+                            t[x << 8 | s]
+                        }
+                    })
+                    .collect();
+                let each = |(x, y): (&[u8], &mut [u8])| {
+                    y.iter_mut().zip(x).for_each(|(y, &x)| *y = row[x as usize]);
+                };
+                full.par_chunks(CHUNK)
+                    .zip(y.bytes_mut().par_chunks_mut(CHUNK))
+                    .for_each(each);
             }
             Pairing::PerPlane { plane, a_per_plane } => {
                 let (full, part) = if a_per_plane { (b, a) } else { (a, b) };
@@ -346,11 +380,16 @@ impl Kernel for QGlobalAverage {
         );
         let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
         let one = |(x, y): (&[u8], &mut u8)| {
-            let sum: i64 = if self.signed {
-                x.iter().map(|&b| b as i8 as i64).sum()
-            } else {
-                x.iter().map(|&b| b as i64).sum()
+            // i32 sums of up to 2^16 bytes (they vectorize; i64 ones did not), added in i64.
+            let part = |x: &[u8]| -> i64 {
+                let s: i32 = if self.signed {
+                    x.iter().map(|&b| b as i8 as i32).sum()
+                } else {
+                    x.iter().map(|&b| b as i32).sum()
+                };
+                s as i64
             };
+            let sum: i64 = x.chunks(1 << 16).map(part).sum();
             let acc = sum - self.x_zero * image as i64;
             let v = (acc as f32 * self.scale).round_ties_even() as i32 + self.y_zero;
             let q = v.clamp(lo, hi);

@@ -374,15 +374,22 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
                     names.push(k.name().to_string());
                 }
                 if shape.len() == 4 {
-                    for (kernel, strides, pads) in [
-                        ([3, 3], [2, 2], [1, 1, 1, 1]),
-                        ([2, 2], [1, 1], [0, 0, 1, 1]),
+                    // Stride 1, stride 2 and 3 (split into phases), ceil mode, and dilation
+                    // with a stride (the plain strided loop).
+                    for (kernel, strides, pads, dilations, ceil_mode) in [
+                        ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1], false),
+                        ([2, 2], [1, 1], [0, 0, 1, 1], [1, 1], false),
+                        ([3, 3], [2, 2], [0, 0, 0, 0], [1, 1], true),
+                        ([3, 2], [1, 3], [0, 1, 1, 0], [1, 1], false),
+                        ([2, 3], [1, 2], [1, 0, 0, 1], [2, 2], true),
                     ] {
                         let p = Pool {
                             kind: PoolKind::Max,
                             kernel_shape: kernel.to_vec(),
                             strides: strides.to_vec(),
                             pads: pads.to_vec(),
+                            dilations: dilations.to_vec(),
+                            ceil_mode,
                             ..Default::default()
                         };
                         names.push(check_q(Arc::new(p), &[Some(q.clone())], &[false]));
@@ -538,6 +545,17 @@ fn qlinear_table_kernels_match_reference() {
             &binary(&per_channel, &x),
             &c2,
         ));
+        // One operand a single value: a constant `[1]` (squeezenet's dropout scale), or a
+        // scalar computed at run time on the left.
+        let one = rng.q8(d, &[1]);
+        let cb = [false, true, true, true, true, true, true, true];
+        for (ins, constant) in [(binary(&x, &one), &cb), (binary(&rng.q8(d, &[]), &x2), &c2)] {
+            for op in [Arc::new(QLinearMul) as Arc<dyn Op>, Arc::new(QLinearAdd)] {
+                let name = check_q(op, &ins, constant);
+                assert!(name == "cpu.qmul" || name == "cpu.qadd", "{name}");
+                names.push(name);
+            }
+        }
         let mut gap = vec![Some(x.clone())];
         gap.extend(q(0.05, 120));
         gap.extend(q(0.02, 90));
