@@ -103,6 +103,14 @@ thread_local! {
         Default::default();
 }
 
+thread_local! {
+    /// The im2col buffers and packed activations of [`QConvKernel::run_gemm`], reused by
+    /// every layer of this thread.
+    #[allow(clippy::type_complexity)]
+    static IM2COL_SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>, (Vec<u8>, Vec<i16>))> =
+        Default::default();
+}
+
 impl QConvKernel {
     fn new(
         isa: Isa,
@@ -233,8 +241,11 @@ impl QConvKernel {
     }
 
     /// The `[C/group * kh * kw, oh * ow]` patch matrix of group `g`'s channels of one image,
-    /// out-of-image taps holding `pad` (the input's zero point, a real 0).
-    fn im2col(&self, x: &[u8], g: usize, pad: u8, buf: &mut Vec<u8>) {
+    /// out-of-image taps holding `pad` (the input's zero point, a real 0). Every byte is
+    /// written (the buffer is reused between runs, so it is not cleared first). With a
+    /// horizontal stride, each input row is first split into its `sw` column phases, in
+    /// `phases`, so that every output row's taps are a contiguous run of a phase.
+    fn im2col(&self, x: &[u8], g: usize, pad: u8, buf: &mut Vec<u8>, phases: &mut Vec<u8>) {
         let geo = &self.s.geometry;
         let (ih, iw) = (geo.input[0], geo.input[1]);
         let (oh, ow) = (geo.output[0], geo.output[1]);
@@ -244,31 +255,48 @@ impl QConvKernel {
         let (ph, pw) = (geo.pad_begin[0], geo.pad_begin[1]);
         let cg = self.s.in_channels / self.s.group;
         let n = oh * ow;
-        buf.clear();
         buf.resize(cg * kh * kw * n, pad);
-        // Row r of the patch matrix: channel g * cg + r / (kh kw), tap (r / kw % kh, r % kw).
+        // Columns per phase of an input row (the whole row when sw is 1).
+        let pcols = iw.div_ceil(sw);
+        let planes = &x[g * cg * ih * iw..(g + 1) * cg * ih * iw];
+        let source: &[u8] = if sw == 1 {
+            planes
+        } else {
+            phases.resize(cg * ih * sw * pcols, 0);
+            let split = |(src, dst): (&[u8], &mut [u8])| {
+                for (p, part) in dst.chunks_exact_mut(pcols).enumerate() {
+                    for (d, &v) in part.iter_mut().zip(src[p.min(iw)..].iter().step_by(sw)) {
+                        *d = v;
+                    }
+                }
+            };
+            let rows = planes
+                .chunks_exact(iw)
+                .zip(phases.chunks_exact_mut(sw * pcols));
+            rows.for_each(split);
+            phases
+        };
+        let line = sw * pcols;
+        // Row r of the patch matrix: channel r / (kh kw) of the group, tap (r / kw % kh, r % kw).
         let fill = |(r, dst): (usize, &mut [u8])| {
-            let (c, ki, kj) = (g * cg + r / (kh * kw), r / kw % kh, r % kw);
-            let plane = &x[c * ih * iw..(c + 1) * ih * iw];
+            let (c, ki, kj) = (r / (kh * kw), r / kw % kh, r % kw);
+            let plane = &source[c * ih * line..(c + 1) * ih * line];
             // Output columns whose tap lands inside the row: ox in [lo, hi).
             let off = kj * dw;
             let lo = pw.saturating_sub(off).div_ceil(sw).min(ow);
             let hi = (iw + pw).saturating_sub(off).div_ceil(sw).clamp(lo, ow);
-            for oy in 0..oh {
+            // Input column of output lo, and where that column sits among the phases.
+            let first = (lo * sw + off).saturating_sub(pw);
+            let at = first % sw * pcols + first / sw;
+            for (oy, out) in dst.chunks_exact_mut(ow).enumerate() {
                 let iy = (oy * sh + ki * dh).wrapping_sub(ph);
                 if iy >= ih || lo == hi {
+                    out.fill(pad);
                     continue;
                 }
-                let src = &plane[iy * iw..(iy + 1) * iw];
-                let out = &mut dst[oy * ow + lo..oy * ow + hi];
-                let first = lo * sw + off - pw;
-                if sw == 1 {
-                    out.copy_from_slice(&src[first..first + out.len()]);
-                } else {
-                    for (o, &v) in out.iter_mut().zip(src[first..].iter().step_by(sw)) {
-                        *o = v;
-                    }
-                }
+                out[..lo].fill(pad);
+                out[lo..hi].copy_from_slice(&plane[iy * line + at..][..hi - lo]);
+                out[hi..].fill(pad);
             }
         };
         if buf.len() >= 1 << 16 {
@@ -287,7 +315,10 @@ impl QConvKernel {
         let (cg, mg) = (s.in_channels / s.group, s.out_channels / s.group);
         let x_zero = flipped_zero(self.x.zero[0], self.x.signed, false);
         let (lo, hi) = range(self.y.signed);
-        let mut buf = Vec::new();
+        // This thread's patch matrix and phase-split input, kept between runs (fresh pages
+        // for a megabyte-sized buffer every run cost more than filling it).
+        let (mut buf, mut phases, mut packed) =
+            crate::scratch::with_taken(&IM2COL_SCRATCH, std::mem::take);
         for b in 0..s.batch {
             let xb = &x[b * s.in_channels * in_plane..(b + 1) * s.in_channels * in_plane];
             let yb = &mut y[b * s.out_channels * out_plane..(b + 1) * s.out_channels * out_plane];
@@ -296,7 +327,7 @@ impl QConvKernel {
                 let src = if pointwise {
                     &xb[g * cg * in_plane..(g + 1) * cg * in_plane]
                 } else {
-                    self.im2col(xb, g, self.x.zero[0] as u8, &mut buf);
+                    self.im2col(xb, g, self.x.zero[0] as u8, &mut buf, &mut phases);
                     &buf[..]
                 };
                 let panels = Packed::activation_panels(
@@ -307,6 +338,7 @@ impl QConvKernel {
                     out_plane,
                     flip(self.x.signed, false),
                     self.w_zero.iter().any(|&z| z != 0),
+                    std::mem::take(&mut packed),
                 )?;
                 let chans = g * mg..(g + 1) * mg;
                 Product {
@@ -328,8 +360,10 @@ impl QConvKernel {
                     },
                     true,
                 )?;
+                packed = panels.into_storage();
             }
         }
+        crate::scratch::with_taken(&IM2COL_SCRATCH, |s| *s = (buf, phases, packed));
         Ok(())
     }
 

@@ -271,7 +271,10 @@ impl Packed {
     /// Packs the columns of a row-major `[k, n]` matrix (row stride `ld`) as unsigned panels:
     /// the per-run packing of activations, so it interleaves whole rows at a time, and skips
     /// the column sums unless `sums` (they are needed only against weights with non-zero zero
-    /// points).
+    /// points). `reuse` holds the storage of an earlier packing ([`Packed::into_storage`]):
+    /// its old bytes stay only in the last panel's lanes past `n`, whose columns no product
+    /// stores.
+    #[allow(clippy::too_many_arguments)]
     pub fn activation_panels(
         path: QPath,
         src: &[u8],
@@ -280,6 +283,7 @@ impl Packed {
         ld: usize,
         flip: u8,
         sums: bool,
+        reuse: (Vec<u8>, Vec<i16>),
     ) -> OpResult<Packed> {
         op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
         op_ensure!(
@@ -290,11 +294,12 @@ impl Packed {
         let nr = path.tile().1;
         let panels = n.div_ceil(nr);
         let row = |kk: usize| &src[kk * ld..kk * ld + n];
-        let (mut bytes, mut pairs) = (Vec::new(), Vec::new());
+        let (mut bytes, mut pairs) = reuse;
         match path.group() {
             Group::Quad => {
                 let kq = k.div_ceil(4);
                 bytes.resize(panels * kq * nr * 4, 0u8);
+                pairs.clear();
                 let pad = vec![flip; n];
                 // One panel per task: its kq quads are contiguous.
                 let panel = |(jp, dst): (usize, &mut [u8])| {
@@ -324,6 +329,7 @@ impl Packed {
             Group::Pair => {
                 let kp = k.div_ceil(2);
                 pairs.resize(panels * kp * nr * 2, 0i16);
+                bytes.clear();
                 for q in 0..kp {
                     let r0 = row(2 * q);
                     let r1 = (2 * q + 1 < k).then(|| row(2 * q + 1));
@@ -356,6 +362,11 @@ impl Packed {
             pairs,
             sums: col_sums,
         })
+    }
+
+    /// The packed storage, for [`Packed::activation_panels`] to reuse.
+    pub fn into_storage(self) -> (Vec<u8>, Vec<i16>) {
+        (self.bytes, self.pairs)
     }
 
     /// Rows or columns.
