@@ -9,6 +9,7 @@
 
 use crate::backend::{constant, Registry};
 use crate::qparams::qparams;
+use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::quant::{
     QLinearAdd, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul,
@@ -256,6 +257,282 @@ impl Kernel for BinaryTable {
     }
 }
 
+/// QLinearAdd on x86 with FMA, on operands of one shape or with one a single value: the
+/// reference's own f32 arithmetic (onnxruntime's: `x * rx + (y * ry + fixed)` as fused
+/// multiply-adds, zero points folded into `fixed`), sixteen or eight lanes at a time, so it
+/// rounds every element as the reference does, without the table's cache misses.
+#[derive(Debug)]
+struct QAddKernel {
+    isa: Isa,
+    signed: bool,
+    /// Scale ratios to the output's, of A and B.
+    ratios: (f32, f32),
+    /// `C_zero - (rA * A_zero + rB * B_zero)`, as the reference folds it.
+    fixed: f32,
+    /// Which operand is a single value, if one is.
+    single: Option<Side>,
+    out_len: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    A,
+    B,
+}
+
+/// Whether this session's CPU runs [`QAddKernel`]'s code.
+fn fused_add_available(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return isa.has_avx2() && std::arch::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
+fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
+    if !fused_add_available(isa) {
+        return Err("needs x86 with AVX2 and FMA".into());
+    }
+    let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
+    let dc = r.outputs.first().ok_or("needs an output")?.dtype;
+    if da != db || dc != da {
+        return Err("needs operands and output of one 8-bit type".into());
+    }
+    let qa = qparams(r, da, 1, 2, 1)?;
+    let qb = qparams(r, db, 4, 5, 1)?;
+    let qc = qparams(r, dc, 6, 7, 1)?;
+    if [&qa, &qb, &qc]
+        .iter()
+        .any(|q| q.scale.len() != 1 || q.zero.len() != 1)
+    {
+        return Err("needs per-tensor scales and zero points".into());
+    }
+    let shape = |i: usize| r.inputs[i].as_ref().map(|v| v.shape).unwrap_or(&[]);
+    let (sa, sb) = (shape(0), shape(3));
+    let out_len: usize = r.outputs[0].shape.iter().product();
+    let (na, nb) = (sa.iter().product::<usize>(), sb.iter().product::<usize>());
+    let single = if sa == sb {
+        None
+    } else if nb == 1 && na == out_len {
+        Some(Side::B)
+    } else if na == 1 && nb == out_len {
+        Some(Side::A)
+    } else {
+        return Err("needs operands of one shape, or one a single value".into());
+    };
+    let (ra, rb) = (qa.scale[0] / qc.scale[0], qb.scale[0] / qc.scale[0]);
+    // The reference folds the zero points of the operand it reads element by element (x)
+    // and the other (y) as `zc - (rx * zx + ry * zy)`, the first product fused.
+    let ((rx, zx), (ry, zy)) = match single {
+        Some(Side::A) => ((rb, qb.zero[0]), (ra, qa.zero[0])),
+        _ => ((ra, qa.zero[0]), (rb, qb.zero[0])),
+    };
+    let fixed = qc.zero[0] as f32 - rx.mul_add(zx as f32, ry * zy as f32);
+    Ok(QAddKernel {
+        isa,
+        signed: qa.signed,
+        ratios: (ra, rb),
+        fixed,
+        single,
+        out_len,
+    })
+}
+
+impl Kernel for QAddKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let a = required(inputs, 0)?.bytes();
+        let b = required(inputs, 3)?.bytes();
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        op_ensure!(
+            y.byte_len() == self.out_len,
+            "output size differs from the plan"
+        );
+        let (ra, rb) = self.ratios;
+        let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
+        // x: read element by element; y: the other operand, or a constant (`y` None).
+        let (x, rx, other) = match self.single {
+            None => (a, ra, Some((b, rb))),
+            Some(Side::B) => (a, ra, None),
+            Some(Side::A) => (b, rb, None),
+        };
+        op_ensure!(
+            x.len() == self.out_len
+                && other.is_none_or(|(o, _)| o.len() == self.out_len)
+                && (self.single.is_none() || a.len().min(b.len()) == 1),
+            "input sizes differ from the plan"
+        );
+        let constant = match self.single {
+            // As the reference: `fixed + y * ry`, the product rounded first.
+            Some(Side::B) => self.fixed + self.value(b[0]) * rb,
+            Some(Side::A) => self.fixed + self.value(a[0]) * ra,
+            None => self.fixed,
+        };
+        let args = AddArgs {
+            isa: self.isa,
+            signed: self.signed,
+            rx,
+            constant,
+            lo,
+            hi,
+        };
+        let chunks = x.par_chunks(CHUNK).zip(y.bytes_mut().par_chunks_mut(CHUNK));
+        chunks.enumerate().for_each(|(i, (x, out))| {
+            let y = other.map(|(o, ry)| (&o[i * CHUNK..i * CHUNK + x.len()], ry));
+            args.run(x, y, out);
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.qadd.simd"
+    }
+}
+
+impl QAddKernel {
+    fn value(&self, b: u8) -> f32 {
+        if self.signed {
+            b as i8 as f32
+        } else {
+            b as f32
+        }
+    }
+}
+
+/// One chunk's constants.
+#[derive(Clone, Copy)]
+struct AddArgs {
+    isa: Isa,
+    signed: bool,
+    rx: f32,
+    /// `fixed`, plus `y * ry` when y is a single value.
+    constant: f32,
+    lo: i32,
+    hi: i32,
+}
+
+impl AddArgs {
+    /// `out = clamp(round(x * rx + (y * ry + constant)))`, or `x * rx + constant`.
+    fn run(&self, x: &[u8], y: Option<(&[u8], f32)>, out: &mut [u8]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: QAddKernel is built only where the CPU has AVX2 and FMA (and an
+            // Avx512 session only where it has AVX-512F); every slice is `out`'s length.
+            unsafe {
+                if self.isa == Isa::Avx512 {
+                    x86_add::add_avx512(self, x, y, out)
+                } else {
+                    x86_add::add_avx2(self, x, y, out)
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (x, y, out);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86_add {
+    use super::AddArgs;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU has AVX-512F and BW; `x`, `y` and `out` have one length.
+    #[target_feature(enable = "avx512f,avx512bw,fma")]
+    pub(super) unsafe fn add_avx512(
+        a: &AddArgs,
+        x: &[u8],
+        y: Option<(&[u8], f32)>,
+        out: &mut [u8],
+    ) {
+        let n = out.len();
+        assert!(x.len() == n && y.is_none_or(|(y, _)| y.len() == n));
+        let (rx, c) = (_mm512_set1_ps(a.rx), _mm512_set1_ps(a.constant));
+        let ry = _mm512_set1_ps(y.map_or(0.0, |(_, r)| r));
+        let (lo, hi) = (_mm512_set1_epi32(a.lo), _mm512_set1_epi32(a.hi));
+        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+        let widen = |p: *const u8, mask: __mmask16| {
+            let v = _mm_maskz_loadu_epi8(mask, p as *const i8);
+            _mm512_cvtepi32_ps(if a.signed {
+                _mm512_cvtepi8_epi32(v)
+            } else {
+                _mm512_cvtepu8_epi32(v)
+            })
+        };
+        let mut i = 0;
+        while i < n {
+            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
+            let xv = widen(x.as_ptr().add(i), m);
+            let inner = match y {
+                Some((y, _)) => _mm512_fmadd_ps(widen(y.as_ptr().add(i), m), ry, c),
+                None => c,
+            };
+            let v = _mm512_fmadd_ps(xv, rx, inner);
+            let v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
+            // Rounds half to even (the default rounding mode), as the reference does.
+            let q = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi);
+            _mm_mask_storeu_epi8(
+                out.as_mut_ptr().add(i) as *mut i8,
+                m,
+                _mm512_cvtepi32_epi8(q),
+            );
+            i += 16;
+        }
+    }
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `x`, `y` and `out` have one length.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn add_avx2(a: &AddArgs, x: &[u8], y: Option<(&[u8], f32)>, out: &mut [u8]) {
+        let n = out.len();
+        assert!(x.len() == n && y.is_none_or(|(y, _)| y.len() == n));
+        let (rx, c) = (_mm256_set1_ps(a.rx), _mm256_set1_ps(a.constant));
+        let ry = _mm256_set1_ps(y.map_or(0.0, |(_, r)| r));
+        let (lo, hi) = (_mm256_set1_epi32(a.lo), _mm256_set1_epi32(a.hi));
+        let (flo, fhi) = (_mm256_set1_ps(-4_000_000.0), _mm256_set1_ps(4_000_000.0));
+        let widen = |p: *const u8| {
+            let v = _mm_loadl_epi64(p as *const __m128i);
+            _mm256_cvtepi32_ps(if a.signed {
+                _mm256_cvtepi8_epi32(v)
+            } else {
+                _mm256_cvtepu8_epi32(v)
+            })
+        };
+        let mut i = 0;
+        while i + 8 <= n {
+            let xv = widen(x.as_ptr().add(i));
+            let inner = match y {
+                Some((y, _)) => _mm256_fmadd_ps(widen(y.as_ptr().add(i)), ry, c),
+                None => c,
+            };
+            let v = _mm256_fmadd_ps(xv, rx, inner);
+            let v = _mm256_min_ps(_mm256_max_ps(v, flo), fhi);
+            let q = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(v), lo), hi);
+            let mut lanes = [0i32; 8];
+            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, q);
+            for (o, &q) in out[i..i + 8].iter_mut().zip(&lanes) {
+                *o = q as u8;
+            }
+            i += 8;
+        }
+        // The tail in scalar f32 with the same fused steps.
+        let value = |b: u8| if a.signed { b as i8 as f32 } else { b as f32 };
+        for j in i..n {
+            let inner = match y {
+                Some((y, ry)) => value(y[j]).mul_add(ry, a.constant),
+                None => a.constant,
+            };
+            let v = value(x[j])
+                .mul_add(a.rx, inner)
+                .clamp(-4_000_000.0, 4_000_000.0);
+            out[j] = (v.round_ties_even() as i32).clamp(a.lo, a.hi) as u8;
+        }
+    }
+}
+
 /// QLinearConcat: each input through its own 256-entry table (or copied, when its scale and
 /// zero point are the output's), placed along the axis.
 #[derive(Debug)]
@@ -429,7 +706,12 @@ pub(crate) fn register(r: &mut Registry) {
         10,
         DTypes::Any,
         Layout::Plain,
-        |o, r| binary_table(o, r.req, false, "cpu.qadd").map(|k| Box::new(k) as Box<dyn Kernel>),
+        |o, r| match qadd_kernel(r.req, r.cx.isa) {
+            Ok(k) => Ok(Box::new(k) as Box<dyn Kernel>),
+            Err(_) => {
+                binary_table(o, r.req, false, "cpu.qadd").map(|k| Box::new(k) as Box<dyn Kernel>)
+            }
+        },
     );
     r.add::<QLinearMul>(
         "cpu.qmul",

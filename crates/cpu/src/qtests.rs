@@ -693,3 +693,54 @@ fn matmul_integer_to_float_matches_reference() {
         );
     }
 }
+
+#[test]
+fn qlinear_add_matches_reference_exactly() {
+    use ferrolite_core::ops::quant::QLinearAdd;
+    let mut rng = Rng(59);
+    let mut names = Vec::new();
+    for d in [DType::U8, DType::I8] {
+        let z = |v: i64| scalar(d, if d == DType::U8 { v } else { v - 128 });
+        // Lengths around the vector widths, and scales whose ratios are not round.
+        for (sa, sb) in [
+            (&[1usize, 3, 7, 5][..], &[1usize, 3, 7, 5][..]),
+            (&[2, 33, 17], &[2, 33, 17]),
+            (&[1, 64, 56, 56], &[1, 64, 56, 56]),
+            (&[4, 9, 15], &[1]),
+            (&[], &[3, 1, 23]),
+        ] {
+            for (za, zb, zc) in [(0, 255, 128), (128, 3, 0), (255, 0, 255), (17, 200, 90)] {
+                let ins = vec![
+                    Some(rng.q8(d, sa)),
+                    Some(Tensor::scalar(0.0371f32)),
+                    Some(z(za)),
+                    Some(rng.q8(d, sb)),
+                    Some(Tensor::scalar(0.0213f32)),
+                    Some(z(zb)),
+                    Some(Tensor::scalar(0.0459f32)),
+                    Some(z(zc)),
+                ];
+                let op: Arc<dyn Op> = Arc::new(QLinearAdd);
+                let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+                let want = op.eval(&refs).unwrap().remove(0);
+                let constant = [false, true, true, false, true, true, true, true];
+                for isa in Isa::available() {
+                    let (k, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &constant);
+                    let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
+                    k.run(&refs, &mut y).unwrap();
+                    assert_eq!(
+                        y[0].to_i64_vec(),
+                        want.to_i64_vec(),
+                        "{isa:?} {} {sa:?} + {sb:?}",
+                        k.name()
+                    );
+                    names.push(k.name().to_string());
+                }
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if Isa::available().iter().any(|i| i.has_avx2()) && std::arch::is_x86_feature_detected!("fma") {
+        assert!(names.iter().any(|n| n == "cpu.qadd.simd"));
+    }
+}
