@@ -288,14 +288,36 @@ impl QConvKernel {
             // Input column of output lo, and where that column sits among the phases.
             let first = (lo * sw + off).saturating_sub(pw);
             let at = first % sw * pcols + first / sw;
-            for (oy, out) in dst.chunks_exact_mut(ow).enumerate() {
-                let iy = (oy * sh + ki * dh).wrapping_sub(ph);
-                if iy >= ih || lo == hi {
-                    out.fill(pad);
-                    continue;
+            // Output rows whose tap row is inside the image: oy in [top, bottom).
+            let top = ph.saturating_sub(ki * dh).div_ceil(sh).min(oh);
+            let bottom = (ih + ph)
+                .saturating_sub(ki * dh)
+                .div_ceil(sh)
+                .clamp(top, oh);
+            dst[..top * ow].fill(pad);
+            dst[bottom * ow..].fill(pad);
+            if lo == hi || top == bottom {
+                dst[top * ow..bottom * ow].fill(pad);
+                return;
+            }
+            let iy = |oy: usize| oy * sh + ki * dh - ph;
+            if line * sh == ow {
+                // Input rows follow each other exactly as output rows do (a stride-1 "same"
+                // convolution): one copy for all rows, then the few columns outside the image
+                // set to the pad, column by column (strided stores, not a memset call per row).
+                let from = iy(top) * line + at;
+                let len = (bottom - top - 1) * ow + hi - lo;
+                dst[top * ow + lo..][..len].copy_from_slice(&plane[from..from + len]);
+                for j in (0..lo).chain(hi..ow) {
+                    for oy in top..bottom {
+                        dst[oy * ow + j] = pad;
+                    }
                 }
+                return;
+            }
+            for (oy, out) in dst.chunks_exact_mut(ow).enumerate().take(bottom).skip(top) {
                 out[..lo].fill(pad);
-                out[lo..hi].copy_from_slice(&plane[iy * line + at..][..hi - lo]);
+                out[lo..hi].copy_from_slice(&plane[iy(oy) * line + at..][..hi - lo]);
                 out[hi..].fill(pad);
             }
         };

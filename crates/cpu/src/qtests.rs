@@ -102,6 +102,11 @@ const fn case(x: &'static [usize], w: &'static [usize]) -> Case {
 fn cases() -> Vec<Case> {
     vec![
         case(&[1, 1, 1, 1], &[1, 1, 1, 1]),
+        // A kernel row that never lands inside the one-row image (im2col's empty taps).
+        Case {
+            pads: &[0, 1, 1, 1],
+            ..case(&[1, 2, 1, 5], &[4, 2, 2, 3])
+        },
         case(&[1, 5, 7, 9], &[3, 5, 1, 1]),
         case(&[2, 16, 6, 6], &[40, 16, 1, 1]),
         Case {
