@@ -498,12 +498,29 @@ impl Product<'_> {
         let task = |t: usize| {
             let (tc, tr) = (t % ncols, t / ncols);
             let mut tile = vec![0i32; mr * nr];
-            for jp in tc * per_c..((tc + 1) * per_c).min(nb) {
-                for ib in tr * per_r..((tr + 1) * per_r).min(mb) {
-                    self.tile(ib, jp, &mut tile);
-                    // SAFETY: tiles (ib, jp) are disjoint between tasks, and inside the
-                    // output (checked above).
-                    unsafe { self.epilogue(ib * mr, jp * nr, &tile, nr, sink) };
+            let (cols, rows) = (
+                tc * per_c..((tc + 1) * per_c).min(nb),
+                tr * per_r..((tr + 1) * per_r).min(mb),
+            );
+            let mut one = |ib: usize, jp: usize| {
+                self.tile(ib, jp, &mut tile);
+                // SAFETY: tiles (ib, jp) are disjoint between tasks, and inside the output
+                // (checked above).
+                unsafe { self.epilogue(ib * mr, jp * nr, &tile, nr, sink) };
+            };
+            // The larger operand is streamed once, the smaller re-read from cache: row blocks
+            // outside when R is the larger (a deep layer's weights against a few pixels).
+            if m > n {
+                for ib in rows {
+                    for jp in cols.clone() {
+                        one(ib, jp);
+                    }
+                }
+            } else {
+                for jp in cols {
+                    for ib in rows.clone() {
+                        one(ib, jp);
+                    }
                 }
             }
         };
