@@ -304,7 +304,29 @@ impl Packed {
                 // One panel per task: its kq quads are contiguous.
                 let panel = |(jp, dst): (usize, &mut [u8])| {
                     let lanes = nr.min(n - jp * nr);
-                    for (q, dst) in dst.chunks_exact_mut(nr * 4).enumerate() {
+                    // Quads of whole rows over whole vectors of lanes in one tight loop.
+                    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+                    let mut done = 0;
+                    #[cfg(target_arch = "x86_64")]
+                    if lanes.is_multiple_of(16) {
+                        done = k / 4;
+                        assert!(dst.len() >= done * nr * 4);
+                        // SAFETY: rows 0..4 * done are below k, each holds `jp * nr + lanes`
+                        // bytes at its start (checked against `src` above), and `dst` holds
+                        // `done` quads of `nr * 4` bytes (asserted).
+                        unsafe {
+                            x86::interleave_quads(
+                                src.as_ptr().add(jp * nr),
+                                ld,
+                                done,
+                                lanes,
+                                flip,
+                                dst.as_mut_ptr(),
+                                nr * 4,
+                            )
+                        };
+                    }
+                    for (q, dst) in dst.chunks_exact_mut(nr * 4).enumerate().skip(done) {
                         let rows: [&[u8]; 4] = std::array::from_fn(|t| {
                             let r = if 4 * q + t < k {
                                 row(4 * q + t)

@@ -174,3 +174,42 @@ pub unsafe fn requantize_row_avx512(
         j += n;
     }
 }
+
+/// The quad layout of `quads` groups of four rows (row stride `ld`) over `lanes` columns (a
+/// multiple of 16): quad `q` of column `l` at `dst + q * step + 4 l`, every byte XORed with
+/// `flip`.
+///
+/// # Safety
+/// Rows `0..4 * quads` hold `lanes` bytes each at `src + row * ld`; `dst` holds `quads`
+/// groups of `step >= 4 * lanes` bytes.
+pub unsafe fn interleave_quads(
+    src: *const u8,
+    ld: usize,
+    quads: usize,
+    lanes: usize,
+    flip: u8,
+    dst: *mut u8,
+    step: usize,
+) {
+    // SSE2 is part of x86-64.
+    let x = _mm_set1_epi8(flip as i8);
+    for q in 0..quads {
+        let rows = src.add(4 * q * ld);
+        let out = dst.add(q * step);
+        for l in (0..lanes).step_by(16) {
+            let ld_row = |t: usize| {
+                _mm_xor_si128(_mm_loadu_si128(rows.add(t * ld + l) as *const __m128i), x)
+            };
+            let (a, b, c, d) = (ld_row(0), ld_row(1), ld_row(2), ld_row(3));
+            let ab_lo = _mm_unpacklo_epi8(a, b);
+            let ab_hi = _mm_unpackhi_epi8(a, b);
+            let cd_lo = _mm_unpacklo_epi8(c, d);
+            let cd_hi = _mm_unpackhi_epi8(c, d);
+            let o = out.add(4 * l) as *mut __m128i;
+            _mm_storeu_si128(o, _mm_unpacklo_epi16(ab_lo, cd_lo));
+            _mm_storeu_si128(o.add(1), _mm_unpackhi_epi16(ab_lo, cd_lo));
+            _mm_storeu_si128(o.add(2), _mm_unpacklo_epi16(ab_hi, cd_hi));
+            _mm_storeu_si128(o.add(3), _mm_unpackhi_epi16(ab_hi, cd_hi));
+        }
+    }
+}
