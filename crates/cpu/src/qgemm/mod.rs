@@ -823,6 +823,7 @@ fn scaled(acc: &[i32], scale: Axis<f32>, m: usize, n0: usize, out: &mut [f32]) {
 /// `out = clamp(round_half_even(v) + zero_point, lo, hi)`, stored as u8 or as i8's bytes.
 #[inline(always)]
 pub fn requantize(v: &[f32], zero_point: i32, lo: i32, hi: i32, signed: bool, out: &mut [u8]) {
+    debug_assert!(!signed || (lo >= -128 && hi <= 127));
     // Adding 1.5 * 2^23 rounds half to even in the default rounding mode and leaves the
     // integer in the low mantissa bits, for |v| < 2^22 (larger values saturate anyway, so they
     // are clamped first): integer arithmetic on the bits, which vectorizes, unlike `as i32`.
@@ -830,8 +831,9 @@ pub fn requantize(v: &[f32], zero_point: i32, lo: i32, hi: i32, signed: bool, ou
     const MAGIC_BITS: i32 = 0x4B40_0000;
     for (o, &x) in out.iter_mut().zip(v) {
         let r = (x.clamp(-4_000_000.0, 4_000_000.0) + MAGIC).to_bits() as i32 - MAGIC_BITS;
-        let q = (r + zero_point).clamp(lo, hi);
-        *o = if signed { q as i8 as u8 } else { q as u8 };
+        // Clamped to the type's range, the low byte is the u8, or the i8's bits (no branch,
+        // so the loop vectorizes).
+        *o = (r + zero_point).clamp(lo, hi) as u8;
     }
 }
 
