@@ -517,6 +517,8 @@ impl Product<'_> {
         let per_c = nb.div_ceil(ncols);
         let per_r = mb.div_ceil(nrows);
         let sink = Sink::new(out);
+        #[cfg(target_arch = "x86_64")]
+        let fused = self.fused_requantization(sink);
         let task = |t: usize| {
             let (tc, tr) = (t % ncols, t / ncols);
             let mut tile = vec![0i32; mr * nr];
@@ -525,6 +527,13 @@ impl Product<'_> {
                 tr * per_r..((tr + 1) * per_r).min(mb),
             );
             let mut one = |ib: usize, jp: usize| {
+                #[cfg(target_arch = "x86_64")]
+                if let Some(f) = &fused {
+                    // SAFETY: tile (ib, jp) is this task's and inside the output (checked
+                    // above).
+                    unsafe { self.tile_quantized(ib, jp, f) };
+                    return;
+                }
                 self.tile(ib, jp, &mut tile);
                 // SAFETY: tiles (ib, jp) are disjoint between tasks, and inside the output
                 // (checked above).
@@ -553,6 +562,97 @@ impl Product<'_> {
             (0..total).into_par_iter().for_each(task);
         }
         Ok(())
+    }
+
+    /// The convolution's common case on AVX-512 VNNI, requantized in the tile's registers:
+    /// weights without zero points, one activation zero point, bias and scale per row (so
+    /// the corrections and the scale are constant along each row), quantized output. Per
+    /// row: the i32 to add (bias and zero-point correction) and the scale.
+    #[cfg(target_arch = "x86_64")]
+    fn fused_requantization(&self, sink: Sink) -> Option<Fused> {
+        let r = self.rows;
+        let (
+            QPath::Avx512Vnni,
+            Axis::All(z),
+            Sink::Quantized {
+                ptr,
+                scale,
+                zero_point,
+                lo,
+                hi,
+                ..
+            },
+        ) = (r.path, self.panels_zero, sink)
+        else {
+            return None;
+        };
+        let no_row_zero = match self.rows_zero {
+            Axis::All(v) => v == 0,
+            Axis::Rows(v) => v.iter().all(|&v| v == 0),
+            Axis::Cols(_) => false,
+        };
+        if !no_row_zero {
+            return None;
+        }
+        let mut add = Vec::with_capacity(r.len);
+        let mut scales = Vec::with_capacity(r.len);
+        for m in 0..r.len {
+            scales.push(match scale {
+                Axis::All(s) => s,
+                Axis::Rows(s) => s[m],
+                Axis::Cols(_) => return None,
+            });
+            let b = match self.bias {
+                None => 0,
+                Some(Axis::All(b)) => b,
+                Some(Axis::Rows(b)) => b[m],
+                Some(Axis::Cols(_)) => return None,
+            };
+            add.push(b - z * r.sums[m]);
+        }
+        Some(Fused {
+            add,
+            scale: scales,
+            zero: zero_point,
+            lo,
+            hi,
+            ptr,
+        })
+    }
+
+    /// Tile (`ib`, `jp`) requantized in registers and stored (see
+    /// [`Product::fused_requantization`]).
+    ///
+    /// # Safety
+    /// The tile lies inside the output, and no other thread writes it meanwhile.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_quantized(&self, ib: usize, jp: usize, f: &Fused) {
+        let (r, p) = (self.rows, self.panels);
+        let (mr, nr) = r.path.tile();
+        let kq = r.k.div_ceil(4);
+        let (m0, n0) = (ib * mr, jp * nr);
+        let rows = (r.len - m0).min(mr);
+        let mut add = [0i32; x86::VNNI_MR];
+        let mut scale = [0f32; x86::VNNI_MR];
+        add[..rows].copy_from_slice(&f.add[m0..m0 + rows]);
+        scale[..rows].copy_from_slice(&f.scale[m0..m0 + rows]);
+        let q = x86::QuantizedTile {
+            add: &add,
+            scale: &scale,
+            zero: f.zero,
+            lo: f.lo,
+            hi: f.hi,
+            // SAFETY (offset): element (m0, n0) lies inside the output (the caller's contract).
+            dst: unsafe { f.ptr.0.add(m0 * self.ldc + n0) },
+            ldc: self.ldc,
+            rows,
+            cols: (p.len - n0).min(nr),
+        };
+        let rb = &r.bytes[ib * kq * mr * 4..][..kq * mr * 4];
+        let pb = &p.bytes[jp * kq * nr * 4..][..kq * nr * 4];
+        // SAFETY: the Avx512Vnni path exists only on CPUs with AVX-512 VNNI; the output rows
+        // are this task's (the caller's contract).
+        unsafe { x86::tile_vnni_quantized(rb, pb, kq, r.signed, &q) };
     }
 
     /// The raw i32 tile (rows block `ib`, panel `jp`), `mr x nr`, row stride `nr`.
@@ -619,62 +719,6 @@ impl Product<'_> {
         let k = r.k as i32;
         let rows = (r.len - m0).min(r.path.tile().0);
         let cols = (p.len - n0).min(nr);
-        // The convolution's common case on AVX-512: weights without zero points, one
-        // activation zero point, bias and scale per row, so the corrections and the scale are
-        // constant along each row: rows requantized straight from the tile.
-        #[cfg(target_arch = "x86_64")]
-        if let (
-            QPath::Avx512Vnni,
-            Axis::All(z),
-            Sink::Quantized {
-                ptr,
-                signed,
-                scale,
-                zero_point,
-                lo,
-                hi,
-            },
-        ) = (r.path, self.panels_zero, sink)
-        {
-            let no_row_zero = match self.rows_zero {
-                Axis::All(v) => v == 0,
-                Axis::Rows(v) => v[m0..m0 + rows].iter().all(|&v| v == 0),
-                Axis::Cols(_) => false,
-            };
-            let per_row =
-                !matches!(scale, Axis::Cols(_)) && !matches!(self.bias, Some(Axis::Cols(_)));
-            if no_row_zero && per_row {
-                for i in 0..rows {
-                    let m = m0 + i;
-                    let s = match scale {
-                        Axis::All(s) => s,
-                        Axis::Rows(s) => s[m],
-                        Axis::Cols(_) => unreachable!("checked above"),
-                    };
-                    let b = match self.bias {
-                        None => 0,
-                        Some(Axis::All(b)) => b,
-                        Some(Axis::Rows(b)) => b[m],
-                        Some(Axis::Cols(_)) => unreachable!("checked above"),
-                    };
-                    let row = &tile[i * nr..i * nr + cols];
-                    let dst = ptr.0.add(m * self.ldc + n0);
-                    // SAFETY: (caller) the row's `cols` bytes at `dst` are this task's; the
-                    // path exists only with AVX-512.
-                    x86::requantize_row_avx512(
-                        row,
-                        b - z * r.sums[m],
-                        s,
-                        zero_point,
-                        lo,
-                        hi,
-                        signed,
-                        dst,
-                    );
-                }
-                return;
-            }
-        }
         let mut acc = [0i32; 64];
         let mut vals = [0f32; 64];
         // Present whenever a row zero point is not zero (checked in `run`).
@@ -835,6 +879,17 @@ pub fn requantize(v: &[f32], zero_point: i32, lo: i32, hi: i32, signed: bool, ou
         // so the loop vectorizes).
         *o = (r + zero_point).clamp(lo, hi) as u8;
     }
+}
+
+/// Per-row constants of a product requantized in the tile's registers.
+#[cfg(target_arch = "x86_64")]
+struct Fused {
+    add: Vec<i32>,
+    scale: Vec<f32>,
+    zero: i32,
+    lo: i32,
+    hi: i32,
+    ptr: SendPtr<u8>,
 }
 
 /// [`Out`] as raw destination pointers, shared by the rayon tasks of one `run` (which holds

@@ -87,6 +87,98 @@ unsafe fn tile_vnni_impl<const ROWS_SIGNED: bool>(
     }
 }
 
+/// A requantized output block for [`tile_vnni_quantized`]: row `i` of the tile goes to
+/// `dst + i * ldc` as `clamp(round_half_even((acc + add[i]) * scale[i]) + zero, lo, hi)` bytes,
+/// for its first `rows` rows and `cols` columns.
+pub struct QuantizedTile<'a> {
+    pub add: &'a [i32; VNNI_MR],
+    pub scale: &'a [f32; VNNI_MR],
+    pub zero: i32,
+    pub lo: i32,
+    pub hi: i32,
+    pub dst: *mut u8,
+    pub ldc: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// [`tile_vnni`] with the requantization applied to the accumulators in registers and the
+/// bytes stored straight to the output (no i32 tile written and read back: for the few
+/// multiply-adds of a shallow pointwise convolution that round trip cost more than the
+/// products).
+///
+/// # Safety
+/// As [`tile_vnni`]'s operands; `q.dst + i * q.ldc` is valid for `q.cols <= 32` bytes for
+/// every `i < q.rows <= 8`, and no other thread writes them meanwhile.
+pub unsafe fn tile_vnni_quantized(
+    rows: &[u8],
+    panel: &[u8],
+    kq: usize,
+    rows_signed: bool,
+    q: &QuantizedTile,
+) {
+    assert!(rows.len() >= kq * VNNI_MR * 4 && panel.len() >= kq * VNNI_NR * 4);
+    assert!(q.rows <= VNNI_MR && q.cols <= VNNI_NR);
+    // SAFETY: as tile_vnni; the output as the caller vouches.
+    unsafe {
+        if rows_signed {
+            tile_vnni_quantized_impl::<true>(rows.as_ptr(), panel.as_ptr(), kq, q)
+        } else {
+            tile_vnni_quantized_impl::<false>(rows.as_ptr(), panel.as_ptr(), kq, q)
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_vnni_quantized_impl<const ROWS_SIGNED: bool>(
+    rows: *const u8,
+    panel: *const u8,
+    kq: usize,
+    q: &QuantizedTile,
+) {
+    let mut acc = [[_mm512_setzero_si512(); 2]; VNNI_MR];
+    for k in 0..kq {
+        let pp = panel.add(k * VNNI_NR * 4);
+        let b0 = _mm512_loadu_si512(pp as *const __m512i);
+        let b1 = _mm512_loadu_si512(pp.add(64) as *const __m512i);
+        let rp = rows.add(k * VNNI_MR * 4);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let a = _mm512_set1_epi32((rp.add(r * 4) as *const i32).read_unaligned());
+            if ROWS_SIGNED {
+                acc[0] = _mm512_dpbusd_epi32(acc[0], b0, a);
+                acc[1] = _mm512_dpbusd_epi32(acc[1], b1, a);
+            } else {
+                acc[0] = _mm512_dpbusd_epi32(acc[0], a, b0);
+                acc[1] = _mm512_dpbusd_epi32(acc[1], a, b1);
+            }
+        }
+    }
+    let (zero, lo, hi) = (
+        _mm512_set1_epi32(q.zero),
+        _mm512_set1_epi32(q.lo),
+        _mm512_set1_epi32(q.hi),
+    );
+    // Past 2^22 the result saturates anyway; clamping first keeps the conversion in range.
+    let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+    let masks: [__mmask16; 2] = [
+        ((1u32 << q.cols.min(16)) - 1) as u16,
+        ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
+    ];
+    for (r, acc) in acc.iter().enumerate().take(q.rows) {
+        let (add, scale) = (_mm512_set1_epi32(q.add[r]), _mm512_set1_ps(q.scale[r]));
+        for (h, &v) in acc.iter().enumerate() {
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, add)), scale);
+            let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+            // Rounds half to even (the default rounding mode).
+            let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero);
+            let v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+            // The clamped value's low byte is the u8, or the i8's bits.
+            let out = q.dst.add(r * q.ldc + 16 * h) as *mut i8;
+            _mm_mask_storeu_epi8(out, masks[h], _mm512_cvtepi32_epi8(v));
+        }
+    }
+}
+
 /// AVX-VNNI tile (256-bit): `rows` is `[kq][6][4]` bytes, `panel` `[kq][16][4]` bytes; the
 /// rows are the signed side when `rows_signed`, else the panel is.
 pub fn tile_avx_vnni(rows: &[u8], panel: &[u8], kq: usize, rows_signed: bool, tile: &mut [i32]) {
@@ -131,47 +223,6 @@ unsafe fn tile_avx_vnni_impl<const ROWS_SIGNED: bool>(
     for (r, acc) in acc.iter().enumerate() {
         _mm256_storeu_si256(tile.add(r * AVX_VNNI_NR) as *mut __m256i, acc[0]);
         _mm256_storeu_si256(tile.add(r * AVX_VNNI_NR + 8) as *mut __m256i, acc[1]);
-    }
-}
-
-/// `dst[j] = clamp(round_half_even((row[j] + add) * scale) + zero, lo, hi)` for up to 32
-/// values, stored as bytes (i8 when `signed`).
-///
-/// # Safety
-/// The CPU has AVX-512 F, BW and VL; `dst` is valid for `row.len()` bytes.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn requantize_row_avx512(
-    row: &[i32],
-    add: i32,
-    scale: f32,
-    zero: i32,
-    lo: i32,
-    hi: i32,
-    signed: bool,
-    dst: *mut u8,
-) {
-    let _ = signed; // The clamp to [lo, hi] already fits the type: the low byte is the value.
-    let (vadd, vscale, vzero) = (
-        _mm512_set1_epi32(add),
-        _mm512_set1_ps(scale),
-        _mm512_set1_epi32(zero),
-    );
-    let (vlo, vhi) = (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi));
-    // Past 2^22 the result saturates anyway; clamping first keeps the conversion in range.
-    let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
-    let mut j = 0;
-    while j < row.len() {
-        let n = (row.len() - j).min(16);
-        let mask: __mmask16 = ((1u32 << n) - 1) as u16;
-        let v = _mm512_maskz_loadu_epi32(mask, row.as_ptr().add(j));
-        let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, vadd)), vscale);
-        let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
-        // Rounds half to even (the default rounding mode).
-        let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), vzero);
-        let q = _mm512_min_epi32(_mm512_max_epi32(q, vlo), vhi);
-        _mm_mask_storeu_epi8(dst.add(j) as *mut i8, mask, _mm512_cvtepi32_epi8(q));
-        j += n;
     }
 }
 
