@@ -85,6 +85,8 @@ const DEPTHWISE_CHUNK_VALUES: usize = 1 << 14;
 #[derive(Debug)]
 pub struct QConvKernel {
     path: QPath,
+    /// Whether the session's ISA is AVX-512 (the depthwise strategy's conversions).
+    avx512: bool,
     s: ConvShapes,
     x_shape: Vec<usize>,
     y_shape: Vec<usize>,
@@ -228,6 +230,7 @@ impl QConvKernel {
         };
         Ok(QConvKernel {
             path,
+            avx512: isa_is_avx512(isa),
             y_shape: s.output_shape(),
             x_shape: xi.shape.to_vec(),
             s,
@@ -406,7 +409,16 @@ impl QConvKernel {
                 let acc = Tensor::with_storage(DType::F32, &y_shape, accs.take())?;
                 let base = b * channels + ch.first;
                 let src = &x[base * in_plane..(base + ch.count) * in_plane];
-                centered(src, signed, xz, xt.as_mut_slice::<f32>()?, avx2);
+                let xf = xt.as_mut_slice::<f32>()?;
+                #[cfg(target_arch = "x86_64")]
+                if self.avx512 {
+                    // SAFETY: an Avx512 session runs only on CPUs with AVX-512F and BW.
+                    unsafe { avx512::centered(src, signed, xz, xf) };
+                } else {
+                    centered(src, signed, xz, xf, avx2);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                centered(src, signed, xz, xf, avx2);
                 let mut outs = [acc];
                 ch.kernel
                     .run(&[Some(&xt), Some(&ch.weights), None], &mut outs)?;
@@ -418,6 +430,12 @@ impl QConvKernel {
                     .zip(sums.chunks(out_plane.max(1)));
                 for (i, (out, a)) in planes.enumerate() {
                     let c = ch.first + i;
+                    #[cfg(target_arch = "x86_64")]
+                    if self.avx512 {
+                        // SAFETY: an Avx512 session runs only on CPUs with AVX-512F, BW, VL.
+                        unsafe { avx512::requantize_sums(a, self.bias[c], self.mult[c], q, out) };
+                        continue;
+                    }
                     requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
                 }
                 xs = xt.into_storage();
@@ -457,6 +475,107 @@ avx2_or_plain! {
                 *o = (a + bias) * mult;
             }
             requantize(v, q.0, q.1, q.2, q.3, out);
+        }
+    }
+}
+
+fn isa_is_avx512(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return isa == Isa::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
+/// The depthwise strategy's conversions on sixteen lanes (the compiler's own vectorization of
+/// [`centered`] and [`requantize_sums`] stays at eight even when AVX-512 is enabled).
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// [`super::centered`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and BW.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
+        let n = x.len().min(out.len());
+        let z = _mm512_set1_epi32(zero);
+        let mut i = 0;
+        while i < n {
+            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
+            // SAFETY: whole vectors lie inside the n values of both slices, the last one is
+            // masked to them.
+            unsafe {
+                let p = x.as_ptr().add(i);
+                let b = if i + 16 <= n {
+                    _mm_loadu_si128(p as *const __m128i)
+                } else {
+                    _mm_maskz_loadu_epi8(m, p as *const i8)
+                };
+                let v = if signed {
+                    _mm512_cvtepi8_epi32(b)
+                } else {
+                    _mm512_cvtepu8_epi32(b)
+                };
+                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(v, z));
+                if i + 16 <= n {
+                    _mm512_storeu_ps(out.as_mut_ptr().add(i), f);
+                } else {
+                    _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), m, f);
+                }
+            }
+            i += 16;
+        }
+    }
+
+    /// [`super::requantize_sums`]: `cvtps` rounds half to even, as the magic-number
+    /// rounding of `requantize` does.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, BW and VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn requantize_sums(
+        sum: &[f32],
+        bias: i32,
+        mult: f32,
+        q: (i32, i32, i32, bool),
+        out: &mut [u8],
+    ) {
+        let n = sum.len().min(out.len());
+        let (b, s) = (_mm512_set1_ps(bias as f32), _mm512_set1_ps(mult));
+        let (zero, lo, hi) = (
+            _mm512_set1_epi32(q.0),
+            _mm512_set1_epi32(q.1),
+            _mm512_set1_epi32(q.2),
+        );
+        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+        let mut i = 0;
+        while i < n {
+            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
+            // SAFETY: whole vectors lie inside the n values of both slices, the last one is
+            // masked to them.
+            unsafe {
+                let a = if i + 16 <= n {
+                    _mm512_loadu_ps(sum.as_ptr().add(i))
+                } else {
+                    _mm512_maskz_loadu_ps(m, sum.as_ptr().add(i))
+                };
+                let f = _mm512_mul_ps(_mm512_add_ps(a, b), s);
+                let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+                let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero);
+                let v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+                // The clamped value's low byte is the u8, or the i8's bits.
+                let (dst, bytes) = (out.as_mut_ptr().add(i), _mm512_cvtepi32_epi8(v));
+                if i + 16 <= n {
+                    _mm_storeu_si128(dst as *mut __m128i, bytes);
+                } else {
+                    _mm_mask_storeu_epi8(dst as *mut i8, m, bytes);
+                }
+            }
+            i += 16;
         }
     }
 }
