@@ -86,6 +86,7 @@ const DEPTHWISE_CHUNK_VALUES: usize = 1 << 14;
 pub struct QConvKernel {
     path: QPath,
     /// Whether the session's ISA is AVX-512 (the depthwise strategy's conversions).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     avx512: bool,
     s: ConvShapes,
     x_shape: Vec<usize>,
