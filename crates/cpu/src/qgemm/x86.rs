@@ -56,13 +56,17 @@ pub fn tile_vnni(rows: &[u8], panel: &[u8], kq: usize, rows_signed: bool, tile: 
     }
 }
 
+/// The 8x32 tile's i32 products over all of `k`, in registers.
+///
+/// # Safety
+/// The CPU has AVX-512 VNNI; `rows` holds `kq * 32` bytes and `panel` `kq * 128`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_vnni_impl<const ROWS_SIGNED: bool>(
+#[inline]
+unsafe fn products_vnni<const ROWS_SIGNED: bool>(
     rows: *const u8,
     panel: *const u8,
     kq: usize,
-    tile: *mut i32,
-) {
+) -> [[__m512i; 2]; VNNI_MR] {
     let mut acc = [[_mm512_setzero_si512(); 2]; VNNI_MR];
     for q in 0..kq {
         let pp = panel.add(q * VNNI_NR * 4);
@@ -81,6 +85,17 @@ unsafe fn tile_vnni_impl<const ROWS_SIGNED: bool>(
             }
         }
     }
+    acc
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni_impl<const ROWS_SIGNED: bool>(
+    rows: *const u8,
+    panel: *const u8,
+    kq: usize,
+    tile: *mut i32,
+) {
+    let acc = products_vnni::<ROWS_SIGNED>(rows, panel, kq);
     for (r, acc) in acc.iter().enumerate() {
         _mm512_storeu_si512(tile.add(r * VNNI_NR) as *mut __m512i, acc[0]);
         _mm512_storeu_si512(tile.add(r * VNNI_NR + 16) as *mut __m512i, acc[1]);
@@ -136,23 +151,7 @@ unsafe fn tile_vnni_quantized_impl<const ROWS_SIGNED: bool>(
     kq: usize,
     q: &QuantizedTile,
 ) {
-    let mut acc = [[_mm512_setzero_si512(); 2]; VNNI_MR];
-    for k in 0..kq {
-        let pp = panel.add(k * VNNI_NR * 4);
-        let b0 = _mm512_loadu_si512(pp as *const __m512i);
-        let b1 = _mm512_loadu_si512(pp.add(64) as *const __m512i);
-        let rp = rows.add(k * VNNI_MR * 4);
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let a = _mm512_set1_epi32((rp.add(r * 4) as *const i32).read_unaligned());
-            if ROWS_SIGNED {
-                acc[0] = _mm512_dpbusd_epi32(acc[0], b0, a);
-                acc[1] = _mm512_dpbusd_epi32(acc[1], b1, a);
-            } else {
-                acc[0] = _mm512_dpbusd_epi32(acc[0], a, b0);
-                acc[1] = _mm512_dpbusd_epi32(acc[1], a, b1);
-            }
-        }
-    }
+    let acc = products_vnni::<ROWS_SIGNED>(rows, panel, kq);
     let (zero, lo, hi) = (
         _mm512_set1_epi32(q.zero),
         _mm512_set1_epi32(q.lo),
