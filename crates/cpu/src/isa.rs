@@ -50,6 +50,15 @@ impl Isa {
         }
     }
 
+    /// Whether the 512-bit kernels may run (`Avx512`).
+    pub fn has_avx512(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => true,
+            _ => false,
+        }
+    }
+
     /// Every instruction set this CPU can run, portable first (the tests run each).
     pub fn available() -> Vec<Isa> {
         let mut all = vec![Isa::Portable];

@@ -231,7 +231,7 @@ impl QConvKernel {
         };
         Ok(QConvKernel {
             path,
-            avx512: isa_is_avx512(isa),
+            avx512: isa.has_avx512(),
             y_shape: s.output_shape(),
             x_shape: xi.shape.to_vec(),
             s,
@@ -477,16 +477,6 @@ avx2_or_plain! {
             }
             requantize(v, q.0, q.1, q.2, q.3, out);
         }
-    }
-}
-
-fn isa_is_avx512(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return isa == Isa::Avx512;
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = isa;
-        false
     }
 }
 

@@ -280,19 +280,9 @@ enum Side {
     B,
 }
 
-/// Whether this session's CPU runs [`QAddKernel`]'s code.
-fn fused_add_available(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return isa.has_avx2() && std::arch::is_x86_feature_detected!("fma");
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = isa;
-        false
-    }
-}
-
 fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
-    if !fused_add_available(isa) {
+    // Avx2Fma and Avx512 sessions run only on CPUs with AVX2 and FMA.
+    if !isa.has_avx2() {
         return Err("needs x86 with AVX2 and FMA".into());
     }
     let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
@@ -423,7 +413,7 @@ impl AddArgs {
             // SAFETY: QAddKernel is built only where the CPU has AVX2 and FMA (and an
             // Avx512 session only where it has AVX-512F); every slice is `out`'s length.
             unsafe {
-                if self.isa == Isa::Avx512 {
+                if self.isa.has_avx512() {
                     x86_add::add_avx512(self, x, y, out)
                 } else {
                     x86_add::add_avx2(self, x, y, out)

@@ -30,12 +30,7 @@ const TILE512: usize = 8;
 
 /// Whether `isa` runs the 16-channel (two blocks a register) tiles.
 fn wide(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 {
-        return true;
-    }
-    let _ = isa;
-    false
+    isa.has_avx512()
 }
 
 /// The most pixels of a row tile under `isa` (a flat 1x1 convolution's rows are eight tiles).
