@@ -566,10 +566,10 @@ impl Product<'_> {
 
     /// The convolution's common case on AVX-512 VNNI, requantized in the tile's registers:
     /// weights without zero points, one activation zero point, bias and scale per row (so
-    /// the corrections and the scale are constant along each row), quantized output. Per
-    /// row: the i32 to add (bias and zero-point correction) and the scale.
+    /// the corrections and the scale are constant along each row), quantized output. Each
+    /// tile reads its rows' constants ([`Product::tile_quantized`]).
     #[cfg(target_arch = "x86_64")]
-    fn fused_requantization(&self, sink: Sink) -> Option<Fused> {
+    fn fused_requantization<'s>(&self, sink: Sink<'s>) -> Option<Fused<'s>> {
         let r = self.rows;
         let (
             QPath::Avx512Vnni,
@@ -591,28 +591,10 @@ impl Product<'_> {
             Axis::Rows(v) => v.iter().all(|&v| v == 0),
             Axis::Cols(_) => false,
         };
-        if !no_row_zero {
-            return None;
-        }
-        let mut add = Vec::with_capacity(r.len);
-        let mut scales = Vec::with_capacity(r.len);
-        for m in 0..r.len {
-            scales.push(match scale {
-                Axis::All(s) => s,
-                Axis::Rows(s) => s[m],
-                Axis::Cols(_) => return None,
-            });
-            let b = match self.bias {
-                None => 0,
-                Some(Axis::All(b)) => b,
-                Some(Axis::Rows(b)) => b[m],
-                Some(Axis::Cols(_)) => return None,
-            };
-            add.push(b - z * r.sums[m]);
-        }
-        Some(Fused {
-            add,
-            scale: scales,
+        let per_row = !matches!(scale, Axis::Cols(_)) && !matches!(self.bias, Some(Axis::Cols(_)));
+        (no_row_zero && per_row).then_some(Fused {
+            activation_zero: z,
+            scale,
             zero: zero_point,
             lo,
             hi,
@@ -632,10 +614,13 @@ impl Product<'_> {
         let kq = r.k.div_ceil(4);
         let (m0, n0) = (ib * mr, jp * nr);
         let rows = (r.len - m0).min(mr);
-        let mut add = [0i32; x86::VNNI_MR];
-        let mut scale = [0f32; x86::VNNI_MR];
-        add[..rows].copy_from_slice(&f.add[m0..m0 + rows]);
-        scale[..rows].copy_from_slice(&f.scale[m0..m0 + rows]);
+        // Row i's bias with the zero-point correction, and its scale.
+        let add: [i32; x86::VNNI_MR] = std::array::from_fn(|i| {
+            let m = (m0 + i).min(r.len - 1);
+            self.bias.map_or(0, |b| b.at(m, 0)) - f.activation_zero * r.sums[m]
+        });
+        let scale: [f32; x86::VNNI_MR] =
+            std::array::from_fn(|i| f.scale.at((m0 + i).min(r.len - 1), 0));
         let q = x86::QuantizedTile {
             add: &add,
             scale: &scale,
@@ -881,11 +866,12 @@ pub fn requantize(v: &[f32], zero_point: i32, lo: i32, hi: i32, signed: bool, ou
     }
 }
 
-/// Per-row constants of a product requantized in the tile's registers.
+/// A product requantized in the tile's registers: the activations' zero point and the
+/// output's requantization (scale per row or for all).
 #[cfg(target_arch = "x86_64")]
-struct Fused {
-    add: Vec<i32>,
-    scale: Vec<f32>,
+struct Fused<'a> {
+    activation_zero: i32,
+    scale: Axis<'a, f32>,
     zero: i32,
     lo: i32,
     hi: i32,
