@@ -176,7 +176,7 @@ impl Kernel for QMaxPoolKernel {
 }
 
 /// `out[o] = max over taps t of row[o * stride + t * dilation]` (the row padded so every tap
-/// is inside it). Stride 1 reads shifted copies of the row; stride `s` with dilation 1 splits
+/// is inside it). Stride 1 reads the row at shifted offsets; stride `s` with dilation 1 splits
 /// the row into its `s` phases first, so every tap is again a contiguous slice; both
 /// vectorize.
 fn window_max(row: &[u8], g: &AxisGeometry, phases: &mut Vec<u8>, out: &mut [u8]) {
@@ -185,11 +185,12 @@ fn window_max(row: &[u8], g: &AxisGeometry, phases: &mut Vec<u8>, out: &mut [u8]
     if s == 1 || d == 1 {
         // Phase p holds row[p], row[p + s], ...; tap t of output o is phase t % s at o + t / s.
         let len = ow + (g.kernel - 1) * d / s;
-        phases.clear();
-        phases.resize(s * len, 0);
-        if s == 1 {
-            phases.copy_from_slice(&row[..len]);
-        } else if s == 2 {
+        // Stride 1 is its own single phase: the row itself.
+        if s > 1 {
+            phases.clear();
+            phases.resize(s * len, 0);
+        }
+        if s == 2 {
             let (even, odd) = phases.split_at_mut(len);
             // Sixteen pairs at a time on x86 (SSE2: the low and high byte of each 16-bit
             // lane, packed); the compiler kept the pair loop scalar.
@@ -220,16 +221,17 @@ fn window_max(row: &[u8], g: &AxisGeometry, phases: &mut Vec<u8>, out: &mut [u8]
             if row.len() % 2 == 1 && row.len() / 2 < len {
                 even[row.len() / 2] = row[row.len() - 1];
             }
-        } else {
+        } else if s > 2 {
             for (p, phase) in phases.chunks_exact_mut(len).enumerate() {
                 for (dst, &v) in phase.iter_mut().zip(row[p..].iter().step_by(s)) {
                     *dst = v;
                 }
             }
         }
+        let split: &[u8] = if s == 1 { row } else { phases };
         for t in 0..g.kernel {
             let (p, at) = ((t * d) % s, (t * d) / s);
-            let src = &phases[p * len + at..p * len + at + ow];
+            let src = &split[p * len + at..p * len + at + ow];
             for (o, &v) in out.iter_mut().zip(src) {
                 *o = (*o).max(v);
             }
