@@ -123,13 +123,9 @@ struct BinaryTable {
     name: &'static str,
 }
 
-fn binary_table(
-    op: &dyn Op,
-    r: &KernelRequest,
-    per_plane_ok: bool,
-    name: &'static str,
-) -> Result<BinaryTable, String> {
-    let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
+/// How the two operands (inputs 0 and 3) of a QLinear binary op line up, and the output's
+/// length; one operand per channel only when `per_plane_ok`.
+fn pairing(r: &KernelRequest, per_plane_ok: bool) -> Result<(Pairing, usize), String> {
     let shape = |i: usize| r.inputs[i].as_ref().map(|v| v.shape).unwrap_or(&[]);
     let (sa, sb) = (shape(0), shape(3));
     let out_len: usize = r
@@ -145,7 +141,7 @@ fn binary_table(
             && part[..2] == full[..2]
             && part[2..].iter().all(|&d| d == 1)
     };
-    let pairing = if sa == sb && out_len > 1 {
+    let pairing = if sa == sb {
         Pairing::Elementwise
     } else if per_plane_ok && per_plane(sa, sb) {
         Pairing::PerPlane {
@@ -167,6 +163,17 @@ fn binary_table(
                 .into(),
         );
     };
+    Ok((pairing, out_len))
+}
+
+fn binary_table(
+    op: &dyn Op,
+    r: &KernelRequest,
+    per_plane_ok: bool,
+    name: &'static str,
+) -> Result<BinaryTable, String> {
+    let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
+    let (pairing, out_len) = pairing(r, per_plane_ok)?;
     let consts = constants(r, &[0, 3])?;
     // a runs slowly, b fast: element a * 256 + b.
     let a_vals = all_values(da, 256)?;
@@ -269,15 +276,9 @@ struct QAddKernel {
     ratios: (f32, f32),
     /// `C_zero - (rA * A_zero + rB * B_zero)`, as the reference folds it.
     fixed: f32,
-    /// Which operand is a single value, if one is.
-    single: Option<Side>,
+    /// Elementwise, or one operand a single value.
+    pairing: Pairing,
     out_len: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    A,
-    B,
 }
 
 fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
@@ -299,24 +300,12 @@ fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
     {
         return Err("needs per-tensor scales and zero points".into());
     }
-    let shape = |i: usize| r.inputs[i].as_ref().map(|v| v.shape).unwrap_or(&[]);
-    let (sa, sb) = (shape(0), shape(3));
-    let out_len: usize = r.outputs[0].shape.iter().product();
-    let (na, nb) = (sa.iter().product::<usize>(), sb.iter().product::<usize>());
-    let single = if sa == sb {
-        None
-    } else if nb == 1 && na == out_len {
-        Some(Side::B)
-    } else if na == 1 && nb == out_len {
-        Some(Side::A)
-    } else {
-        return Err("needs operands of one shape, or one a single value".into());
-    };
+    let (pairing, out_len) = pairing(r, false)?;
     let (ra, rb) = (qa.scale[0] / qc.scale[0], qb.scale[0] / qc.scale[0]);
     // The reference folds the zero points of the operand it reads element by element (x)
     // and the other (y) as `zc - (rx * zx + ry * zy)`, the first product fused.
-    let ((rx, zx), (ry, zy)) = match single {
-        Some(Side::A) => ((rb, qb.zero[0]), (ra, qa.zero[0])),
+    let ((rx, zx), (ry, zy)) = match pairing {
+        Pairing::Scalar { a_scalar: true } => ((rb, qb.zero[0]), (ra, qa.zero[0])),
         _ => ((ra, qa.zero[0]), (rb, qb.zero[0])),
     };
     let fixed = qc.zero[0] as f32 - rx.mul_add(zx as f32, ry * zy as f32);
@@ -325,7 +314,7 @@ fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
         signed: qa.signed,
         ratios: (ra, rb),
         fixed,
-        single,
+        pairing,
         out_len,
     })
 }
@@ -344,22 +333,23 @@ impl Kernel for QAddKernel {
         let (ra, rb) = self.ratios;
         let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
         // x: read element by element; y: the other operand, or a constant (`y` None).
-        let (x, rx, other) = match self.single {
-            None => (a, ra, Some((b, rb))),
-            Some(Side::B) => (a, ra, None),
-            Some(Side::A) => (b, rb, None),
+        let (x, rx, other) = match self.pairing {
+            Pairing::Scalar { a_scalar: false } => (a, ra, None),
+            Pairing::Scalar { a_scalar: true } => (b, rb, None),
+            _ => (a, ra, Some((b, rb))),
         };
+        let single = matches!(self.pairing, Pairing::Scalar { .. });
         op_ensure!(
             x.len() == self.out_len
                 && other.is_none_or(|(o, _)| o.len() == self.out_len)
-                && (self.single.is_none() || a.len().min(b.len()) == 1),
+                && (!single || a.len().min(b.len()) == 1),
             "input sizes differ from the plan"
         );
-        let constant = match self.single {
+        let constant = match self.pairing {
             // As the reference: `fixed + y * ry`, the product rounded first.
-            Some(Side::B) => self.fixed + self.value(b[0]) * rb,
-            Some(Side::A) => self.fixed + self.value(a[0]) * ra,
-            None => self.fixed,
+            Pairing::Scalar { a_scalar: false } => self.fixed + self.value(b[0]) * rb,
+            Pairing::Scalar { a_scalar: true } => self.fixed + self.value(a[0]) * ra,
+            _ => self.fixed,
         };
         let args = AddArgs {
             isa: self.isa,
