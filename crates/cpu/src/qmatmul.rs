@@ -14,6 +14,9 @@ use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
 /// What the product's results become.
+/// MatMulIntegerToFloat's input slot of A's scale.
+const A_SCALE: usize = 2;
+
 #[derive(Debug)]
 enum Output {
     /// QLinearMatMul, QGemm: requantized per column.
@@ -22,10 +25,9 @@ enum Output {
     I32,
     /// QGemm without an output quantization: scaled per column to f32.
     F32 { scale: Vec<f32> },
-    /// MatMulIntegerToFloat: scaled by A's scale (input `a_scale`, read at run time: a
+    /// MatMulIntegerToFloat: scaled by A's scale (input [`A_SCALE`], read at run time: a
     /// DynamicQuantizeLinear's) times B's per column, plus the bias.
     ToFloat {
-        a_scale: usize,
         b_scale: Vec<f32>,
         bias: Option<Vec<f32>>,
     },
@@ -252,7 +254,7 @@ impl QMatMulKernel {
                 .and_then(|v| v.as_ref())
                 .filter(|v| v.dtype == DType::F32)
         };
-        let a_scale = f32_input(2).ok_or("needs an f32 a_scale")?;
+        let a_scale = f32_input(A_SCALE).ok_or("needs an f32 a_scale")?;
         if a_scale.shape.iter().product::<usize>() != 1 {
             return Err("needs one a_scale value".into());
         }
@@ -272,7 +274,6 @@ impl QMatMulKernel {
             ),
         };
         k.output = Output::ToFloat {
-            a_scale: 2,
             b_scale: (0..n)
                 .map(|j| b_scale[if b_scale.len() == 1 { 0 } else { j }])
                 .collect(),
@@ -374,8 +375,8 @@ impl Kernel for QMatMulKernel {
             }
         };
         let a_scale = match &self.output {
-            Output::ToFloat { a_scale, .. } => {
-                let t = required(inputs, *a_scale)?;
+            Output::ToFloat { .. } => {
+                let t = required(inputs, A_SCALE)?;
                 op_ensure!(t.numel() == 1, "a_scale must have one element");
                 t.as_slice::<f32>()?[0]
             }
