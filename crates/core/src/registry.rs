@@ -1,8 +1,8 @@
 //! Kernel registries: which kernel runs a node, and why not the others.
 //!
 //! A backend registers its kernels per op type, each with a name, a priority and explicit
-//! constraints: the dtypes it computes, the layout it reads ([`Layout::Nchwc`] for an op
-//! wrapped by the blocked-layout pass), and the attribute and shape conditions its builder
+//! constraints: the dtypes it computes, the layout it reads ([`Layout::Nchwc`] or
+//! [`Layout::Nhwc`] for an op wrapped by a layout pass), and the attribute and shape conditions its builder
 //! checks (described in words, for [`Selection`]). [`KernelRegistry::select`] tries the
 //! entries of the node's op type from the highest priority down and keeps the first that
 //! builds; the others are reported with the reason they were passed over.
@@ -10,7 +10,7 @@
 //! The registry is generic over the backend's context `C` (the CPU's ISA and GEMM, say) and
 //! over what an entry builds `K` (a [`Kernel`] for the CPU, a lowering for the GPU).
 
-use crate::ops::layout::Nchwc;
+use crate::ops::layout::{Nchwc, Nhwc};
 use crate::plan::{Kernel, KernelRequest};
 use crate::{DType, Op};
 use std::any::{Any, TypeId};
@@ -24,6 +24,8 @@ pub enum Layout {
     Plain,
     /// The op inside an [`Nchwc`] wrapper: blocked channels.
     Nchwc,
+    /// The op inside an [`Nhwc`] wrapper: channels last.
+    Nhwc,
 }
 
 /// What an entry requires of the node's dtypes.
@@ -161,10 +163,14 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
     /// constraints hold and whose builder accepts the node.
     pub fn select(&self, req: &KernelRequest, cx: &C) -> Selection<K> {
         let op = req.node.op.as_ref();
+        let any = op.as_any();
         let (inner, layout, nchwc): (&dyn Op, Layout, Option<&Nchwc>) =
-            match op.as_any().downcast_ref::<Nchwc>() {
-                Some(w) => (w.inner.as_ref(), Layout::Nchwc, Some(w)),
-                None => (op, Layout::Plain, None),
+            if let Some(w) = any.downcast_ref::<Nchwc>() {
+                (w.inner.as_ref(), Layout::Nchwc, Some(w))
+            } else if let Some(w) = any.downcast_ref::<Nhwc>() {
+                (w.inner.as_ref(), Layout::Nhwc, None)
+            } else {
+                (op, Layout::Plain, None)
             };
         let mut selection = Selection {
             kernel: None,
@@ -201,13 +207,7 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
     /// Every entry, by op type then priority (for listings and docs).
     pub fn entries(&self) -> Vec<&Entry<C, K>> {
         let mut all: Vec<&Entry<C, K>> = self.by_op.values().flatten().collect();
-        all.sort_by(|a, b| {
-            (a.op, a.layout == Layout::Nchwc, -a.priority).cmp(&(
-                b.op,
-                b.layout == Layout::Nchwc,
-                -b.priority,
-            ))
-        });
+        all.sort_by(|a, b| (a.op, a.layout, -a.priority).cmp(&(b.op, b.layout, -b.priority)));
         all
     }
 }

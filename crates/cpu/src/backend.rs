@@ -3,6 +3,7 @@
 //! whose op type has none, or whose entries all pass, runs its reference implementation.
 
 use crate::isa::Isa;
+use crate::layout_nhwc::LayoutNhwcInt8;
 use crate::layout_pass::LayoutNchwc;
 use crate::Sgemm;
 use ferrolite_core::passes::Pass;
@@ -49,6 +50,8 @@ pub fn registry() -> &'static Kernels<CpuContext> {
         crate::resize::register(&mut r);
         crate::nchwc::register(&mut r);
         crate::qconv::register(&mut r);
+        crate::qconv_nhwc::register(&mut r);
+        crate::qpool_nhwc::register(&mut r);
         crate::qmatmul::register(&mut r);
         crate::qelementwise::register(&mut r);
         crate::qlinear::register(&mut r);
@@ -108,7 +111,10 @@ impl Backend for CpuBackend {
     }
 
     fn passes(&self) -> Vec<Box<dyn Pass>> {
-        vec![Box::new(LayoutNchwc { isa: self.cx.isa })]
+        vec![
+            Box::new(LayoutNchwc { isa: self.cx.isa }),
+            Box::new(LayoutNhwcInt8),
+        ]
     }
 }
 

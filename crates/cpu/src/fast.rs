@@ -48,9 +48,9 @@ pub(crate) fn output(outputs: &mut [Tensor], i: usize, numel: usize) -> OpResult
 
 /// Calls `f(start, chunk)` over `out` split in chunks (multiples of `align` elements), in
 /// parallel when `out` is large; `work` scales the size threshold (cost per element).
-pub(crate) fn for_chunks<F>(out: &mut [f32], align: usize, work: usize, f: F)
+pub(crate) fn for_chunks<T: Send, F>(out: &mut [T], align: usize, work: usize, f: F)
 where
-    F: Fn(usize, &mut [f32]) + Sync,
+    F: Fn(usize, &mut [T]) + Sync,
 {
     let n = out.len();
     let threads = rayon::current_num_threads();

@@ -195,46 +195,70 @@ impl Pass for LayoutNchwc {
         if winograd && winograd_share(graph) >= 0.5 {
             return Ok(false);
         }
-        let old = std::mem::take(&mut graph.nodes);
-        let mut nodes: Vec<Node> = Vec::with_capacity(old.len());
-        // Blocked twin of each plain value that has one.
-        let mut twin: HashMap<ValueId, ValueId> = HashMap::new();
-        // Plain values whose producer now makes the twin instead (until a FromNchwc does).
-        let mut unproduced: HashSet<ValueId> = HashSet::new();
-        let mut changed = false;
-        for mut node in old {
-            let y = node.outputs.first().copied();
-            let converted: Option<Node> = match y {
-                Some(y) if node.outputs.len() == 1 => {
-                    convert(graph, &mut nodes, &mut twin, &node, y, winograd)
-                }
-                _ => None,
-            };
-            if let Some(conv) = converted {
-                let y = y.expect("converted nodes have an output");
-                nodes.push(conv);
-                // Graph outputs are unblocked at once, so their twins die early.
-                if graph.outputs.contains(&y) {
-                    nodes.push(reorder(graph, y, twin[&y], false));
-                } else {
-                    unproduced.insert(y);
-                }
-                changed = true;
-                continue;
-            }
-            // A plain reader: unblock what it reads.
-            for v in node.inputs.iter_mut().flatten() {
-                if unproduced.remove(v) {
-                    nodes.push(reorder(graph, *v, twin[v], false));
-                }
-            }
-            nodes.push(node);
-        }
-        graph.nodes = nodes;
-        graph.sort()?;
-        graph.remove_dead_nodes();
-        Ok(changed)
+        rewrite_with_twins(
+            graph,
+            &mut |g, nodes, twin, node, y| convert(g, nodes, twin, node, y, winograd),
+            |g, plain, blocked| reorder(g, plain, blocked, false),
+        )
     }
+}
+
+/// Rewrites a node into its twin-layout form (writing `y`'s new twin), or `None` when it stays
+/// as it is; it may push nodes it needs first (a conversion of an input).
+pub(crate) type Convert<'a> = dyn FnMut(
+        &mut Graph,
+        &mut Vec<Node>,
+        &mut HashMap<ValueId, ValueId>,
+        &Node,
+        ValueId,
+    ) -> Option<Node>
+    + 'a;
+
+/// The walk of the layout passes: in node order, each single-output node either gets its
+/// twin-layout form from `convert`, or stays and reads plain values, with `back(plain, twin)`
+/// (a node writing `plain` from `twin`) in front for each value that only exists as a twin.
+/// Graph outputs are converted back at once, so their twins die early.
+pub(crate) fn rewrite_with_twins(
+    graph: &mut Graph,
+    convert: &mut Convert,
+    back: impl Fn(&Graph, ValueId, ValueId) -> Node,
+) -> Result<bool> {
+    let old = std::mem::take(&mut graph.nodes);
+    let mut nodes: Vec<Node> = Vec::with_capacity(old.len());
+    // The twin of each plain value that has one.
+    let mut twin: HashMap<ValueId, ValueId> = HashMap::new();
+    // Plain values whose producer now makes the twin instead (until a `back` node does).
+    let mut unproduced: HashSet<ValueId> = HashSet::new();
+    let mut changed = false;
+    for mut node in old {
+        let y = node.outputs.first().copied();
+        let converted: Option<Node> = match y {
+            Some(y) if node.outputs.len() == 1 => convert(graph, &mut nodes, &mut twin, &node, y),
+            _ => None,
+        };
+        if let Some(conv) = converted {
+            let y = y.expect("converted nodes have an output");
+            nodes.push(conv);
+            if graph.outputs.contains(&y) {
+                nodes.push(back(graph, y, twin[&y]));
+            } else {
+                unproduced.insert(y);
+            }
+            changed = true;
+            continue;
+        }
+        // A plain reader: convert back what it reads.
+        for v in node.inputs.iter_mut().flatten() {
+            if unproduced.remove(v) {
+                nodes.push(back(graph, *v, twin[v]));
+            }
+        }
+        nodes.push(node);
+    }
+    graph.nodes = nodes;
+    graph.sort()?;
+    graph.remove_dead_nodes();
+    Ok(changed)
 }
 
 /// A `ToNchwc` (or `FromNchwc`) node writing `to` from `from`.

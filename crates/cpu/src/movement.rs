@@ -1,27 +1,36 @@
-//! f32 data movement: Transpose (collapsed axes, contiguous or strided inner runs), Concat and
-//! Split (block copies).
+//! Data movement: Transpose (collapsed axes, contiguous or strided inner runs; f32 and 8-bit
+//! values), Concat and Split (f32 block copies).
 
 use crate::backend::Registry;
 use crate::fast::{f32_shape, for_chunks, input, output};
 use ferrolite_core::op::normalize_axis;
+use ferrolite_core::op::required;
 use ferrolite_core::ops::shape::concat::Concat;
 use ferrolite_core::ops::shape::split::Split;
 use ferrolite_core::ops::shape::transpose::Transpose;
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{needs, DTypes, Layout};
-use ferrolite_core::{OpResult, Tensor};
+use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
 pub(crate) fn register(r: &mut Registry) {
     r.add::<Transpose>(
         "cpu.transpose",
         "Transpose",
         10,
-        DTypes::AllF32,
+        DTypes::Any,
         Layout::Plain,
         |t, r| {
-            let x = f32_shape(r.req, 0)?;
-            let perm = t.resolved_perm(x.len()).map_err(|e| e.to_string())?;
-            Ok(Box::new(TransposeKernel::new(x, &perm)))
+            let x = match r.req.inputs.first() {
+                Some(Some(x)) => x,
+                _ => return Err("needs input 0".into()),
+            };
+            let bytes = match x.dtype.size() {
+                4 if x.dtype == DType::F32 => false,
+                1 => true,
+                _ => return Err(format!("moves f32 or 8-bit values, not {}", x.dtype)),
+            };
+            let perm = t.resolved_perm(x.shape.len()).map_err(|e| e.to_string())?;
+            Ok(Box::new(TransposeKernel::new(x.shape, &perm, bytes)))
         },
     );
     r.add::<Concat>(
@@ -118,13 +127,16 @@ fn split(s: &Split, req: &KernelRequest) -> Option<Box<dyn Kernel>> {
 #[derive(Debug)]
 struct TransposeKernel {
     x: Vec<usize>,
+    /// Whether the values are 8-bit (int8 tensors at the edges of channels-last regions)
+    /// rather than f32.
+    bytes: bool,
     /// Collapsed output dims and the input stride of each.
     dims: Vec<usize>,
     src_stride: Vec<usize>,
 }
 
 impl TransposeKernel {
-    fn new(x: &[usize], perm: &[usize]) -> TransposeKernel {
+    fn new(x: &[usize], perm: &[usize], bytes: bool) -> TransposeKernel {
         let r = x.len();
         let mut st = vec![1usize; r];
         for d in (0..r.saturating_sub(1)).rev() {
@@ -157,6 +169,7 @@ impl TransposeKernel {
         }
         TransposeKernel {
             x: x.to_vec(),
+            bytes,
             dims,
             src_stride,
         }
@@ -165,7 +178,7 @@ impl TransposeKernel {
 
 impl TransposeKernel {
     /// Output rows from row `r0` on into `y` (whole rows).
-    fn rows(&self, x: &[f32], r0: usize, y: &mut [f32]) {
+    fn rows<V: Copy>(&self, x: &[V], r0: usize, y: &mut [V]) {
         let k = self.dims.len();
         let n = self.dims[k - 1];
         let s = self.src_stride[k - 1];
@@ -202,7 +215,7 @@ impl TransposeKernel {
 impl TransposeKernel {
     /// Output plane `b` (over the last two output axes) into `out`, in tiles of 8 x 8: output
     /// `(r, c)` is input `base + r + c * stride`.
-    fn tiles(&self, x: &[f32], b: usize, out: &mut [f32]) {
+    fn tiles<V: Copy + Default>(&self, x: &[V], b: usize, out: &mut [V]) {
         const T: usize = 8;
         let k = self.dims.len();
         let (rows, cols, stride) = (self.dims[k - 2], self.dims[k - 1], self.src_stride[k - 1]);
@@ -216,7 +229,7 @@ impl TransposeKernel {
             let rn = T.min(rows - r0);
             for c0 in (0..cols).step_by(T) {
                 let cn = T.min(cols - c0);
-                let mut tile = [[0f32; T]; T];
+                let mut tile = [[V::default(); T]; T];
                 for (c, line) in tile.iter_mut().enumerate().take(cn) {
                     let at = base + r0 + (c0 + c) * stride;
                     match x.get(at..at + T).filter(|_| rn == T) {
@@ -239,12 +252,10 @@ impl TransposeKernel {
     }
 }
 
-impl Kernel for TransposeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
-        let x = input(inputs, 0, &self.x)?;
-        let y = output(outputs, 0, x.len())?;
+impl TransposeKernel {
+    fn transpose<V: Copy + Default + Send + Sync>(&self, x: &[V], y: &mut [V]) {
         if y.is_empty() {
-            return Ok(());
+            return;
         }
         let k = self.dims.len();
         let n = self.dims[k - 1];
@@ -258,11 +269,41 @@ impl Kernel for TransposeKernel {
                     self.tiles(x, start / plane + i, out);
                 }
             });
-            return Ok(());
+            return;
         }
         for_chunks(y, n, 1, |start, chunk| {
             self.rows(x, start / n.max(1), chunk)
         });
+    }
+}
+
+impl Kernel for TransposeKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        if !self.bytes {
+            let x = input(inputs, 0, &self.x)?;
+            let y = output(outputs, 0, x.len())?;
+            self.transpose(x, y);
+            return Ok(());
+        }
+        let x = required(inputs, 0)?;
+        op_ensure!(
+            x.shape() == self.x.as_slice() && x.dtype().size() == 1,
+            "input 0 is {} {:?}, the kernel was built for 8-bit {:?}",
+            x.dtype(),
+            x.shape(),
+            self.x
+        );
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("output 0 is missing".into()))?;
+        op_ensure!(
+            y.numel() == x.numel() && y.dtype().size() == 1,
+            "output 0 is {} {:?}, expected {} 8-bit values",
+            y.dtype(),
+            y.shape(),
+            x.numel()
+        );
+        self.transpose(x.bytes(), y.bytes_mut());
         Ok(())
     }
 

@@ -22,7 +22,7 @@ use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
 /// What flipping does to a zero point: the kernels see activations as u8 and weights as s8.
-fn flipped_zero(z: i32, signed: bool, want_signed: bool) -> i32 {
+pub(crate) fn flipped_zero(z: i32, signed: bool, want_signed: bool) -> i32 {
     match (signed, want_signed) {
         (true, false) => z + 128,
         (false, true) => z - 128,
@@ -30,7 +30,7 @@ fn flipped_zero(z: i32, signed: bool, want_signed: bool) -> i32 {
     }
 }
 
-fn flip(signed: bool, want_signed: bool) -> u8 {
+pub(crate) fn flip(signed: bool, want_signed: bool) -> u8 {
     if signed == want_signed {
         0
     } else {
@@ -40,7 +40,7 @@ fn flip(signed: bool, want_signed: bool) -> u8 {
 
 /// The output's requantization: `x_scale * w_scale[c] / y_scale` per channel, in f32 as the
 /// reference computes it.
-fn multipliers(x: &QParams, w: &QParams, y: &QParams, channels: usize) -> Vec<f32> {
+pub(crate) fn multipliers(x: &QParams, w: &QParams, y: &QParams, channels: usize) -> Vec<f32> {
     (0..channels)
         .map(|c| {
             let ws = w.scale[if w.scale.len() == 1 { 0 } else { c }];
@@ -49,7 +49,7 @@ fn multipliers(x: &QParams, w: &QParams, y: &QParams, channels: usize) -> Vec<f3
         .collect()
 }
 
-fn range(signed: bool) -> (i32, i32) {
+pub(crate) fn range(signed: bool) -> (i32, i32) {
     if signed {
         (-128, 127)
     } else {

@@ -189,6 +189,67 @@ fn op(c: &Case) -> Arc<dyn Op> {
     })
 }
 
+/// The dtypes of (x, w, y) the convolution tests run.
+const CONV_DTYPES: [(DType, DType, DType); 3] = [
+    (DType::U8, DType::I8, DType::U8),
+    (DType::I8, DType::I8, DType::I8),
+    (DType::U8, DType::U8, DType::I8),
+];
+
+/// QLinearConv's inputs for case `ci`: zero points at the ends of their ranges and in between,
+/// per tensor or per channel, with and without a bias.
+fn conv_inputs(
+    rng: &mut Rng,
+    ci: usize,
+    c: &Case,
+    (xd, wd, yd): (DType, DType, DType),
+) -> Vec<Option<Tensor>> {
+    let m = c.w[0];
+    let x = rng.q8(xd, c.x);
+    let w = rng.q8(wd, c.w);
+    let k: usize = c.w[1..].iter().product();
+    // Scales so that outputs spread over the whole range, saturating some.
+    let x_scale = 0.02f32;
+    let w_scale: Vec<f32> = (0..m).map(|i| 0.01 + 0.003 * (i % 7) as f32).collect();
+    // Not a round ratio of the other scales: exact ties (acc * 1/180 = n + 0.5)
+    // round either way in f32 against the reference's f64.
+    let y_scale = x_scale * 0.01 * (k as f32).sqrt() * 60.0 * 1.013;
+    let xz = if ci.is_multiple_of(2) {
+        [0, 255][ci % 4 / 2]
+    } else {
+        100
+    };
+    let xz = if xd == DType::I8 { xz - 128 } else { xz };
+    let wz: i64 = if wd == DType::I8 {
+        [0, -128, 127][ci % 3]
+    } else {
+        [0, 255, 128][ci % 3]
+    };
+    let yz = if yd == DType::I8 { -3 } else { 131 };
+    let bias: Vec<i32> = (0..m as i32).map(|i| (i - 3) * 997).collect();
+    let per_channel_zero = ci % 2 == 1;
+    let wz_t = if per_channel_zero {
+        let v: Vec<i64> = (0..m as i64).map(|i| wz - (i % 3) * wz.signum()).collect();
+        let t = Tensor::from_vec(&[m], v).unwrap();
+        t.cast(wd).unwrap()
+    } else {
+        scalar(wd, wz)
+    };
+    vec![
+        Some(x),
+        Some(Tensor::scalar(x_scale)),
+        Some(scalar(xd, xz)),
+        Some(w),
+        Some(Tensor::from_vec(&[m], w_scale).unwrap()),
+        Some(wz_t),
+        Some(Tensor::scalar(y_scale)),
+        Some(scalar(yd, yz)),
+        (ci % 3 != 2).then(|| Tensor::from_vec(&[m], bias).unwrap()),
+    ]
+}
+
+const CONV_CONSTANT: [bool; 9] = [false, true, true, true, true, true, true, true, true];
+
 #[test]
 fn qlinear_conv_matches_reference() {
     let mut rng = Rng(3);
@@ -196,62 +257,45 @@ fn qlinear_conv_matches_reference() {
     for threads in [1, 3] {
         pool(threads).install(|| {
             for (ci, c) in cases().iter().enumerate() {
-                for (xd, wd, yd) in [
-                    (DType::U8, DType::I8, DType::U8),
-                    (DType::I8, DType::I8, DType::I8),
-                    (DType::U8, DType::U8, DType::I8),
-                ] {
-                    let m = c.w[0];
-                    let x = rng.q8(xd, c.x);
-                    let w = rng.q8(wd, c.w);
-                    let k: usize = c.w[1..].iter().product();
-                    // Scales so that outputs spread over the whole range, saturating some.
-                    let x_scale = 0.02f32;
-                    let w_scale: Vec<f32> = (0..m).map(|i| 0.01 + 0.003 * (i % 7) as f32).collect();
-                    // Not a round ratio of the other scales: exact ties (acc * 1/180 = n + 0.5)
-                    // round either way in f32 against the reference's f64.
-                    let y_scale = x_scale * 0.01 * (k as f32).sqrt() * 60.0 * 1.013;
-                    let xz = if ci % 2 == 0 {
-                        [0, 255][ci % 4 / 2]
-                    } else {
-                        100
-                    };
-                    let xz = if xd == DType::I8 { xz - 128 } else { xz };
-                    let wz: i64 = if wd == DType::I8 {
-                        [0, -128, 127][ci % 3]
-                    } else {
-                        [0, 255, 128][ci % 3]
-                    };
-                    let yz = if yd == DType::I8 { -3 } else { 131 };
-                    let bias: Vec<i32> = (0..m as i32).map(|i| (i - 3) * 997).collect();
-                    let per_channel_zero = ci % 2 == 1;
-                    let wz_t = if per_channel_zero {
-                        let v: Vec<i64> =
-                            (0..m as i64).map(|i| wz - (i % 3) * wz.signum()).collect();
-                        let t = Tensor::from_vec(&[m], v).unwrap();
-                        t.cast(wd).unwrap()
-                    } else {
-                        scalar(wd, wz)
-                    };
-                    let ins = vec![
-                        Some(x),
-                        Some(Tensor::scalar(x_scale)),
-                        Some(scalar(xd, xz)),
-                        Some(w),
-                        Some(Tensor::from_vec(&[m], w_scale).unwrap()),
-                        Some(wz_t),
-                        Some(Tensor::scalar(y_scale)),
-                        Some(scalar(yd, yz)),
-                        (ci % 3 != 2).then(|| Tensor::from_vec(&[m], bias).unwrap()),
-                    ];
-                    let constant = [false, true, true, true, true, true, true, true, true];
-                    names.push(check_q(op(c), &ins, &constant));
+                for dtypes in CONV_DTYPES {
+                    let ins = conv_inputs(&mut rng, ci, c, dtypes);
+                    names.push(check_q(op(c), &ins, &CONV_CONSTANT));
                 }
             }
         });
     }
     assert!(names.iter().any(|n| n == "cpu.qconv.gemm"));
     assert!(names.iter().any(|n| n == "cpu.qconv.depthwise"));
+}
+
+#[test]
+fn qlinear_conv_channels_last_matches_reference() {
+    use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
+    let mut rng = Rng(5);
+    let mut names = Vec::new();
+    for threads in [1, 3] {
+        pool(threads).install(|| {
+            for (ci, c) in cases().iter().enumerate() {
+                let depthwise = c.group > 1 && c.group == c.x[1] && c.group == c.w[0];
+                if c.group > 1 && !depthwise {
+                    continue;
+                }
+                for dtypes in CONV_DTYPES {
+                    let mut ins = conv_inputs(&mut rng, ci, c, dtypes);
+                    let x = ins[0].take().unwrap();
+                    let nhwc = ferrolite_core::ops::shape::common::permute(&x, x.shape(), &TO_NHWC);
+                    ins[0] = Some(nhwc.unwrap());
+                    let wrapped: Arc<dyn Op> = Arc::new(Nhwc {
+                        inner: op(c),
+                        nhwc_inputs: vec![0],
+                    });
+                    names.push(check_q(wrapped, &ins, &CONV_CONSTANT));
+                }
+            }
+        });
+    }
+    assert!(names.iter().any(|n| n == "cpu.qconv.nhwc.gemm"));
+    assert!(names.iter().any(|n| n == "cpu.qconv.nhwc.depthwise"));
 }
 
 #[test]
@@ -747,5 +791,39 @@ fn qlinear_add_matches_reference_exactly() {
     #[cfg(target_arch = "x86_64")]
     if Isa::available().iter().any(|i| i.has_avx2()) && std::arch::is_x86_feature_detected!("fma") {
         assert!(names.iter().any(|n| n == "cpu.qadd.simd"));
+    }
+}
+
+#[test]
+fn int8_transpose_matches_reference_exactly() {
+    use ferrolite_core::ops::shape::transpose::Transpose;
+    let mut rng = Rng(11);
+    for (x, perm) in [
+        (&[2usize, 3, 4][..], None),
+        // To and from channels last, row by row and tiled.
+        (&[1, 3, 20, 20], Some(vec![0i64, 2, 3, 1])),
+        (&[2, 64, 33, 40], Some(vec![0, 2, 3, 1])),
+        (&[2, 33, 40, 64], Some(vec![0, 3, 1, 2])),
+        (&[1, 7, 9, 5], Some(vec![0, 3, 1, 2])),
+        (&[1, 116, 2, 28, 28], Some(vec![0, 2, 1, 3, 4])),
+    ] {
+        for dtype in [DType::U8, DType::I8] {
+            let t = rng.q8(dtype, x);
+            let op: Arc<dyn Op> = Arc::new(Transpose { perm: perm.clone() });
+            let want = op.eval(&[Some(&t)]).unwrap().remove(0);
+            for isa in Isa::available() {
+                let ins = [Some(t.clone())];
+                let (k, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &[false]);
+                assert_eq!(k.name(), "cpu.transpose");
+                let mut y = vec![Tensor::full(dtype, &outs[0].shape, 7.0).unwrap()];
+                for threads in [1, 3] {
+                    pool(threads)
+                        .install(|| k.run(&[Some(&t)], &mut y))
+                        .unwrap();
+                    assert_eq!(y[0].shape(), want.shape());
+                    assert_eq!(y[0].bytes(), want.bytes(), "{isa:?} {x:?} {perm:?} {dtype}");
+                }
+            }
+        }
     }
 }

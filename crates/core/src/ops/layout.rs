@@ -1,4 +1,4 @@
-//! The blocked channel layout NCHWc (ferrolite-specific ops, made by the `layout-nchwc` pass).
+//! Layouts other than the plain NCHW: blocked channels (NCHWc) and channels last (NHWC).
 //!
 //! A blocked tensor `[N, C/8, H, W, 8]` holds the plain `[N, C, H, W]` with each run of eight
 //! channels interleaved per pixel, so one SIMD register holds one pixel of eight channels: a
@@ -10,6 +10,7 @@
 //! AveragePool, their global forms, BatchNormalization) on blocked tensors: its shape inference and reference unblock
 //! the inputs, run the plain op and block the result, so its semantics are the plain op's.
 
+use super::shape::common::permute;
 use crate::op::{input, output, required, Prototype};
 use crate::{op_bail, op_ensure, DTypeSet, InferCtx, InferInput, Op, OpResult, Tensor, TensorInfo};
 use std::sync::Arc;
@@ -211,6 +212,112 @@ impl Op for Nchwc {
         let mut ins = inputs.to_vec();
         if self.blocked_input {
             if let Some(Some(x)) = ins.first_mut() {
+                *x = plain(x);
+            }
+        }
+        let outs: Vec<TensorInfo> = outputs.iter().map(plain).collect();
+        self.inner.flops(&ins, &outs)
+    }
+}
+
+/// `[N, C, H, W]` -> `[N, H, W, C]`, the axis order of a channels-last tensor.
+pub const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
+/// `[N, H, W, C]` -> `[N, C, H, W]`.
+pub const FROM_NHWC: [usize; 4] = [0, 3, 1, 2];
+
+fn permuted(shape: &[usize], perm: &[usize; 4]) -> OpResult<Vec<usize>> {
+    op_ensure!(
+        shape.len() == 4,
+        "a channels-last (NHWC) tensor must be 4-D, got shape {shape:?}"
+    );
+    Ok(perm.iter().map(|&a| shape[a]).collect())
+}
+
+/// A plain op run on channels-last tensors (`[N, H, W, C]`, made by the CPU's
+/// `layout-nhwc-int8` pass): the inputs listed in `nhwc_inputs` and output 0 are channels-last,
+/// the other inputs (scales, zero points, weights) as the plain op takes them. Channels last
+/// keep one pixel's channels together, which is what an integer convolution reads as a GEMM
+/// row without packing it and what a depthwise kernel vectorizes over. Shape inference and the
+/// reference permute to the plain layout, run the plain op and permute back, so the semantics
+/// are the plain op's.
+#[derive(Clone, Debug)]
+pub struct Nhwc {
+    pub inner: Arc<dyn Op>,
+    pub nhwc_inputs: Vec<usize>,
+}
+
+impl Op for Nhwc {
+    fn name(&self) -> &'static str {
+        match self.inner.name() {
+            "QLinearConv" => "NhwcQLinearConv",
+            "MaxPool" => "NhwcMaxPool",
+            "QLinearGlobalAveragePool" => "NhwcQLinearGlobalAveragePool",
+            "QLinearConcat" => "NhwcQLinearConcat",
+            _ => "Nhwc",
+        }
+    }
+
+    fn prototype(&self) -> &'static Prototype {
+        self.inner.prototype()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
+        let mut shapes = Vec::new();
+        for &i in &self.nhwc_inputs {
+            shapes.push((i, permuted(ctx.shape(i)?, &FROM_NHWC)?));
+        }
+        let mut plain = ctx.inputs.to_vec();
+        for (i, s) in &shapes {
+            if let Some(Some(x)) = plain.get_mut(*i) {
+                x.shape = s;
+                x.value = None;
+            }
+        }
+        let outs = self.inner.infer(&InferCtx { inputs: &plain })?;
+        op_ensure!(
+            !outs.is_empty(),
+            "{} has no outputs to run channels-last",
+            self.inner.name()
+        );
+        let mut outs = outs;
+        outs[0].shape = permuted(&outs[0].shape, &TO_NHWC)?;
+        Ok(outs)
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let mut plain_values = Vec::new();
+        for &i in &self.nhwc_inputs {
+            let x = required(inputs, i)?;
+            plain_values.push((i, permute(x, x.shape(), &FROM_NHWC)?));
+        }
+        let mut plain: Vec<Option<&Tensor>> = inputs.to_vec();
+        for (i, t) in &plain_values {
+            plain[*i] = Some(t);
+        }
+        let mut ys = self.inner.eval(&plain)?;
+        op_ensure!(!ys.is_empty(), "{} gave no outputs", self.inner.name());
+        let y = &ys[0];
+        op_ensure!(
+            y.rank() == 4,
+            "output 0 of {} is not 4-D",
+            self.inner.name()
+        );
+        ys[0] = permute(y, y.shape(), &TO_NHWC)?;
+        Ok(ys)
+    }
+
+    fn flops(&self, inputs: &[Option<TensorInfo>], outputs: &[TensorInfo]) -> u64 {
+        let plain = |t: &TensorInfo| TensorInfo {
+            shape: permuted(&t.shape, &FROM_NHWC).unwrap_or_else(|_| t.shape.clone()),
+            ..t.clone()
+        };
+        let mut ins = inputs.to_vec();
+        for &i in &self.nhwc_inputs {
+            if let Some(Some(x)) = ins.get_mut(i) {
                 *x = plain(x);
             }
         }

@@ -20,7 +20,7 @@
 //! used by the zero-point corrections are over the real `k` only.
 
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 use crate::Isa;
 use ferrolite_core::{op_ensure, OpResult};
@@ -96,7 +96,7 @@ impl QPath {
     }
 
     /// (rows per block, columns per panel).
-    fn tile(self) -> (usize, usize) {
+    pub fn tile(self) -> (usize, usize) {
         match self {
             QPath::Portable => (4, 8),
             #[cfg(target_arch = "x86_64")]
@@ -386,9 +386,93 @@ impl Packed {
         })
     }
 
+    /// Packs `len` unsigned rows of depth `k` that are assembled on the fly: `line(i, buf)`
+    /// writes row `i`'s `k` bytes into `buf`, which are stored XORed with `flip` (a
+    /// channels-last convolution's patches, gathered from the taps' pixels). The row sums
+    /// are computed only when `sums` (against weights with non-zero zero points); otherwise
+    /// they read as 0. `reuse` holds the storage of an earlier packing
+    /// ([`Packed::into_storage`]).
+    pub fn gathered_rows(
+        path: QPath,
+        k: usize,
+        len: usize,
+        flip: u8,
+        sums: bool,
+        reuse: (Vec<u8>, Vec<i16>),
+        mut line: impl FnMut(usize, &mut [u8]),
+    ) -> OpResult<Packed> {
+        op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
+        let mr = path.tile().0;
+        let blocks = len.div_ceil(mr);
+        let (mut bytes, mut pairs) = reuse;
+        let mut row_sums = vec![0i32; len];
+        let mut buf = vec![0u8; k];
+        match path.group() {
+            Group::Quad => {
+                let kq = k.div_ceil(4);
+                // Lanes past `len` in the last block and the padding of k are zero.
+                bytes.clear();
+                bytes.resize(blocks * kq * mr * 4, 0);
+                pairs.clear();
+                let flip4 = u32::from_ne_bytes([flip; 4]);
+                for (i, sum) in row_sums.iter_mut().enumerate() {
+                    line(i, &mut buf);
+                    if sums {
+                        *sum = buf.iter().map(|&x| (x ^ flip) as i32).sum();
+                    }
+                    let (block, lane) = (i / mr, i % mr);
+                    let base = block * kq * mr * 4 + lane * 4;
+                    let whole = k / 4 * 4;
+                    for (q, quad) in buf[..whole].chunks_exact(4).enumerate() {
+                        let word = u32::from_ne_bytes(quad.try_into().expect("4 bytes")) ^ flip4;
+                        let at = base + q * mr * 4;
+                        bytes[at..at + 4].copy_from_slice(&word.to_ne_bytes());
+                    }
+                    let at = base + (k / 4) * mr * 4;
+                    for (t, &x) in buf[whole..].iter().enumerate() {
+                        bytes[at + t] = x ^ flip;
+                    }
+                }
+            }
+            Group::Pair => {
+                let kp = k.div_ceil(2);
+                pairs.clear();
+                pairs.resize(blocks * kp * mr * 2, 0);
+                bytes.clear();
+                for (i, sum) in row_sums.iter_mut().enumerate() {
+                    line(i, &mut buf);
+                    if sums {
+                        *sum = buf.iter().map(|&x| (x ^ flip) as i32).sum();
+                    }
+                    let (block, lane) = (i / mr, i % mr);
+                    let base = block * kp * mr * 2 + lane * 2;
+                    for (kk, &x) in buf.iter().enumerate() {
+                        pairs[base + (kk / 2) * mr * 2 + kk % 2] = (x ^ flip) as i16;
+                    }
+                }
+            }
+        }
+        Ok(Packed {
+            path,
+            side: Side::Rows,
+            signed: false,
+            k,
+            len,
+            bytes,
+            pairs,
+            sums: row_sums,
+        })
+    }
+
     /// The packed storage, for [`Packed::activation_panels`] to reuse.
     pub fn into_storage(self) -> (Vec<u8>, Vec<i16>) {
         (self.bytes, self.pairs)
+    }
+
+    /// The bytes of column panel `jp` (`[k / 4][NR][4]`) of a packing in quads.
+    pub fn panel_bytes(&self, jp: usize) -> &[u8] {
+        let (kq, nr) = (self.k.div_ceil(4), self.path.tile().1);
+        &self.bytes[jp * kq * nr * 4..][..kq * nr * 4]
     }
 
     /// Rows or columns.
@@ -450,7 +534,14 @@ pub struct Product<'a> {
 
 /// A raw pointer that may cross rayon tasks; every task writes a disjoint set of C's elements.
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
+pub(crate) struct SendPtr<T>(pub *mut T);
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so that closures capture the whole `SendPtr`).
+    pub fn get(self) -> *mut T {
+        self.0
+    }
+}
 // SAFETY: only used to write disjoint tiles of one output from rayon tasks.
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.

@@ -178,6 +178,100 @@ unsafe fn tile_vnni_quantized_impl<const ROWS_SIGNED: bool>(
     }
 }
 
+/// The rows of an indirect tile: row `r`'s depth is `taps` runs of `4 * quads` bytes, run `t`
+/// at `ptrs[r * taps + t]` (a channels-last convolution's patch: each tap's input pixel, or a
+/// run of the zero point), read XORed with `flip` (0x80 turns s8 into u8).
+pub struct IndirectRows<'a> {
+    pub ptrs: &'a [*const u8],
+    pub taps: usize,
+    pub quads: usize,
+    pub flip: u8,
+}
+
+/// A requantized output block with constants per column: column `j` of the tile goes to
+/// `clamp(round_half_even((acc + add[j]) * scale[j]) + zero, lo, hi)`, row `i` at
+/// `dst + i * ldc`, for the first `rows` rows and `cols` columns.
+pub struct ColumnQuantized<'a> {
+    pub add: &'a [i32; VNNI_NR],
+    pub scale: &'a [f32; VNNI_NR],
+    pub zero: i32,
+    pub lo: i32,
+    pub hi: i32,
+    pub dst: *mut u8,
+    pub ldc: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// An 8x32 tile of unsigned indirect rows against a signed panel (`[taps * quads][32][4]`
+/// bytes), requantized per column in registers and stored: the channels-last convolution's
+/// GEMM, which reads its activations where they are instead of packing them.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL and VNNI; `r.ptrs` holds `8 * r.taps` pointers, each valid for
+/// `4 * r.quads` bytes; `q.dst + i * q.ldc` is valid for `q.cols <= 32` bytes for every
+/// `i < q.rows <= 8`, and no other thread writes them meanwhile.
+pub unsafe fn tile_vnni_indirect(r: &IndirectRows, panel: &[u8], q: &ColumnQuantized) {
+    assert!(r.ptrs.len() >= VNNI_MR * r.taps && panel.len() >= r.taps * r.quads * VNNI_NR * 4);
+    assert!(q.rows <= VNNI_MR && q.cols <= VNNI_NR);
+    // SAFETY: as the caller vouches.
+    unsafe { tile_vnni_indirect_impl(r, panel.as_ptr(), q) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_vnni_indirect_impl(r: &IndirectRows, panel: *const u8, q: &ColumnQuantized) {
+    let mut acc = [[_mm512_setzero_si512(); 2]; VNNI_MR];
+    let flip = _mm512_set1_epi8(r.flip as i8);
+    let mut pp = panel;
+    for t in 0..r.taps {
+        let rows: [*const u8; VNNI_MR] = std::array::from_fn(|i| r.ptrs[i * r.taps + t]);
+        for quad in 0..r.quads {
+            let b0 = _mm512_loadu_si512(pp as *const __m512i);
+            let b1 = _mm512_loadu_si512(pp.add(64) as *const __m512i);
+            pp = pp.add(VNNI_NR * 4);
+            for (row, acc) in rows.iter().zip(acc.iter_mut()) {
+                let word = (row.add(4 * quad) as *const i32).read_unaligned();
+                let a = _mm512_xor_si512(_mm512_set1_epi32(word), flip);
+                acc[0] = _mm512_dpbusd_epi32(acc[0], a, b0);
+                acc[1] = _mm512_dpbusd_epi32(acc[1], a, b1);
+            }
+        }
+    }
+    let (zero, lo, hi) = (
+        _mm512_set1_epi32(q.zero),
+        _mm512_set1_epi32(q.lo),
+        _mm512_set1_epi32(q.hi),
+    );
+    // Past 2^22 the result saturates anyway; clamping first keeps the conversion in range.
+    let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+    let masks: [__mmask16; 2] = [
+        ((1u32 << q.cols.min(16)) - 1) as u16,
+        ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
+    ];
+    let add = [
+        _mm512_loadu_si512(q.add.as_ptr() as *const __m512i),
+        _mm512_loadu_si512(q.add.as_ptr().add(16) as *const __m512i),
+    ];
+    let scale = [
+        _mm512_loadu_ps(q.scale.as_ptr()),
+        _mm512_loadu_ps(q.scale.as_ptr().add(16)),
+    ];
+    for (i, acc) in acc.iter().enumerate().take(q.rows) {
+        for h in 0..2 {
+            let f = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_add_epi32(acc[h], add[h])),
+                scale[h],
+            );
+            let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+            // Rounds half to even (the default rounding mode).
+            let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero);
+            let v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+            let out = q.dst.add(i * q.ldc + 16 * h) as *mut i8;
+            _mm_mask_storeu_epi8(out, masks[h], _mm512_cvtepi32_epi8(v));
+        }
+    }
+}
+
 /// AVX-VNNI tile (256-bit): `rows` is `[kq][6][4]` bytes, `panel` `[kq][16][4]` bytes; the
 /// rows are the signed side when `rows_signed`, else the panel is.
 pub fn tile_avx_vnni(rows: &[u8], panel: &[u8], kq: usize, rows_signed: bool, tile: &mut [i32]) {

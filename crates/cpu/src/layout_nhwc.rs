@@ -1,0 +1,161 @@
+//! `layout-nhwc-int8`: runs integer convolutions, and the int8 element-wise ops between them,
+//! on channels-last tensors (see [`ferrolite_core::ops::layout::Nhwc`]), with a Transpose at
+//! each edge of a channels-last region.
+//!
+//! Channels last is the integer convolution's own layout: a pixel's channels are one GEMM row,
+//! gathered per tap without an im2col matrix ([`crate::qconv_nhwc`]), and its output is what
+//! the next convolution reads. Walking the nodes in order, a value gets a channels-last twin
+//! when its producer runs channels-last:
+//! - a 4-D QLinearConv with constant weights and bias that the channels-last kernel takes
+//!   (group 1 or depthwise); its input gets a twin by a Transpose when it has none;
+//! - int8 MaxPool (2-D, without indices) on a twin;
+//! - QLinearConcat over the channel axis of twins (then over their last axis);
+//! - QLinearAdd and QLinearMul whose two operands have twins of the output's shape (element
+//!   by element, the layout does not matter).
+//!
+//! Any other reader of a value that only exists channels-last gets a Transpose back in front;
+//! graph outputs keep their plain values.
+
+use crate::layout_pass::rewrite_with_twins;
+use crate::{qconv_nhwc, qpool_nhwc};
+use ferrolite_core::ops::layout::{Nhwc, FROM_NHWC, TO_NHWC};
+use ferrolite_core::ops::nn::pool::Pool;
+use ferrolite_core::ops::quant::{QLinearAdd, QLinearConcat, QLinearConv, QLinearMul};
+use ferrolite_core::ops::shape::transpose::Transpose;
+use ferrolite_core::passes::rewrite::{constant, info, input};
+use ferrolite_core::passes::Pass;
+use ferrolite_core::{DType, Graph, Node, Result, TensorInfo, ValueId};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub struct LayoutNhwcInt8;
+
+impl Pass for LayoutNhwcInt8 {
+    fn name(&self) -> &'static str {
+        "layout-nhwc-int8"
+    }
+
+    fn description(&self) -> &'static str {
+        "run QLinearConv, and the int8 MaxPool, QLinearConcat and element-wise ops between them, on channels-last (NHWC) tensors"
+    }
+
+    fn run(&self, graph: &mut Graph) -> Result<bool> {
+        rewrite_with_twins(graph, &mut convert, |g, plain, nhwc| {
+            transpose(g, nhwc, plain, &FROM_NHWC)
+        })
+    }
+}
+
+/// A Transpose writing `to` from `from` by `perm`.
+fn transpose(g: &Graph, from: ValueId, to: ValueId, perm: &[usize; 4]) -> Node {
+    let suffix = if *perm == TO_NHWC {
+        "to_nhwc"
+    } else {
+        "from_nhwc"
+    };
+    Node {
+        name: format!("{}/{suffix}", g.value(from).name),
+        op: Arc::new(Transpose {
+            perm: Some(perm.iter().map(|&a| a as i64).collect()),
+        }),
+        inputs: vec![Some(from)],
+        outputs: vec![to],
+    }
+}
+
+/// A new channels-last value for the 4-D plain `v`.
+fn add_twin(g: &mut Graph, v: ValueId) -> Option<ValueId> {
+    let i = g.value(v).info.clone()?;
+    if i.shape.len() != 4 {
+        return None;
+    }
+    let shape: Vec<usize> = TO_NHWC.iter().map(|&a| i.shape[a]).collect();
+    let name = format!("{}/nhwc", g.value(v).name);
+    let t = g.add_value(name);
+    g.value_mut(t).info = Some(TensorInfo::new(i.dtype, shape));
+    Some(t)
+}
+
+/// Whether `v` is a 4-D 8-bit tensor.
+fn int8_4d(g: &Graph, v: ValueId) -> Option<&TensorInfo> {
+    let i = info(g, v)?;
+    (i.shape.len() == 4 && matches!(i.dtype, DType::U8 | DType::I8)).then_some(i)
+}
+
+/// The channels-last form of `node` (writing `y`'s new twin), or `None` when it stays plain.
+/// May emit a Transpose for a convolution's input.
+fn convert(
+    g: &mut Graph,
+    nodes: &mut Vec<Node>,
+    twin: &mut HashMap<ValueId, ValueId>,
+    node: &Node,
+    y: ValueId,
+) -> Option<Node> {
+    int8_4d(g, y)?;
+    let op = node.op.as_any();
+    let mut inputs = node.inputs.clone();
+    let new_op = if let Some(conv) = op.downcast_ref::<QLinearConv>() {
+        let x = input(node, 0)?;
+        let x_shape = int8_4d(g, x)?.shape.clone();
+        let w = constant(g, input(node, 3)?)?;
+        if let Some(Some(b)) = node.inputs.get(8) {
+            constant(g, *b)?;
+        }
+        if qconv_nhwc::unsupported(conv, &x_shape, w.shape()).is_some() {
+            return None;
+        }
+        let xt = match twin.get(&x) {
+            Some(&t) => t,
+            None => {
+                let t = add_twin(g, x)?;
+                nodes.push(transpose(g, x, t, &TO_NHWC));
+                twin.insert(x, t);
+                t
+            }
+        };
+        inputs[0] = Some(xt);
+        Arc::new(Nhwc {
+            inner: node.op.clone(),
+            nhwc_inputs: vec![0],
+        })
+    } else if let Some(pool) = op.downcast_ref::<Pool>() {
+        let x = input(node, 0)?;
+        if !qpool_nhwc::supported(pool, &int8_4d(g, x)?.shape) {
+            return None;
+        }
+        inputs[0] = Some(*twin.get(&x)?);
+        Arc::new(Nhwc {
+            inner: node.op.clone(),
+            nhwc_inputs: vec![0],
+        })
+    } else if let Some(c) = op.downcast_ref::<QLinearConcat>() {
+        if ferrolite_core::op::normalize_axis(c.axis, 4).ok()? != 1 {
+            return None;
+        }
+        // Inputs 2, 5, 8, ... are the tensors.
+        for slot in (2..inputs.len()).step_by(3) {
+            inputs[slot] = Some(*twin.get(&input(node, slot)?)?);
+        }
+        Arc::new(QLinearConcat { axis: 3 })
+    } else if op.is::<QLinearAdd>() || op.is::<QLinearMul>() {
+        let y_shape = info(g, y)?.shape.clone();
+        for slot in [0, 3] {
+            let v = input(node, slot)?;
+            if info(g, v)?.shape != y_shape {
+                return None;
+            }
+            inputs[slot] = Some(*twin.get(&v)?);
+        }
+        node.op.clone()
+    } else {
+        return None;
+    };
+    let yt = add_twin(g, y)?;
+    twin.insert(y, yt);
+    Some(Node {
+        name: node.name.clone(),
+        op: new_op,
+        inputs,
+        outputs: vec![yt],
+    })
+}

@@ -1,0 +1,131 @@
+//! int8 MaxPool on channels-last tensors (the `layout-nhwc-int8` pass's): each output pixel is
+//! the element-wise maximum of its taps' channel vectors, contiguous bytes that the loops
+//! below take a vector at a time.
+
+use crate::backend::Registry;
+use crate::qparams::signed;
+use ferrolite_core::op::required;
+use ferrolite_core::ops::layout::FROM_NHWC;
+use ferrolite_core::ops::nn::geometry::AxisGeometry;
+use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
+use ferrolite_core::plan::Kernel;
+use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
+use rayon::prelude::*;
+
+#[derive(Debug)]
+struct QMaxPoolNhwc {
+    /// The channels-last input shape.
+    x: Vec<usize>,
+    gh: AxisGeometry,
+    gw: AxisGeometry,
+    /// 0x80 for i8 (compared as u8 after flipping the top bit), else 0.
+    flip: u8,
+}
+
+impl Kernel for QMaxPoolNhwc {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = required(inputs, 0)?;
+        op_ensure!(
+            x.shape() == self.x.as_slice(),
+            "input 0 has shape {:?}, the kernel was built for {:?}",
+            x.shape(),
+            self.x
+        );
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        let [n, ih, iw, c] = self.x[..] else {
+            unreachable!("built for 4-D inputs")
+        };
+        let (oh, ow) = (self.gh.output, self.gw.output);
+        op_ensure!(
+            y.byte_len() == n * oh * ow * c,
+            "output size differs from the plan"
+        );
+        let (xs, flip) = (x.bytes(), self.flip);
+        // One output row (image b, row oy) per task.
+        let row = |(r, out): (usize, &mut [u8])| {
+            let (b, oy) = (r / oh.max(1), r % oh.max(1));
+            let image = &xs[b * ih * iw * c..(b + 1) * ih * iw * c];
+            for (ox, dst) in out.chunks_exact_mut(c.max(1)).enumerate() {
+                // 0 is the smallest value once flipped; a window wholly in the padding (not
+                // possible with pads smaller than the kernel) would give the type's minimum.
+                dst.fill(0);
+                for kh in 0..self.gh.kernel {
+                    let iy = self.gh.tap(oy, kh);
+                    if iy < 0 || iy >= ih as i64 {
+                        continue;
+                    }
+                    for kw in 0..self.gw.kernel {
+                        let ix = self.gw.tap(ox, kw);
+                        if ix < 0 || ix >= iw as i64 {
+                            continue;
+                        }
+                        let src = &image[(iy as usize * iw + ix as usize) * c..][..c];
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = (*d).max(v ^ flip);
+                        }
+                    }
+                }
+                if flip != 0 {
+                    dst.iter_mut().for_each(|d| *d ^= flip);
+                }
+            }
+        };
+        let ys = y.bytes_mut();
+        let chunk = (ow * c).max(1);
+        if ys.len() >= 1 << 15 {
+            ys.par_chunks_mut(chunk).enumerate().for_each(row);
+        } else {
+            ys.chunks_mut(chunk).enumerate().for_each(row);
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.qmaxpool.nhwc"
+    }
+}
+
+/// Whether the channels-last kernel takes this pool (the `layout-nhwc-int8` pass asks).
+pub fn supported(p: &Pool, plain_shape: &[usize]) -> bool {
+    p.kind == PoolKind::Max
+        && !p.with_indices
+        && plain_shape.len() == 4
+        && p.geometry(plain_shape).is_ok_and(|g| g.len() == 2)
+}
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add::<Pool>(
+        "cpu.qmaxpool.nhwc",
+        "Pool",
+        5,
+        DTypes::Any,
+        Layout::Nhwc,
+        |p, r| {
+            let x = r
+                .req
+                .inputs
+                .first()
+                .and_then(|i| i.as_ref())
+                .ok_or("needs an input")?;
+            let flip = if signed(x.dtype)? { 0x80 } else { 0 };
+            if x.shape.len() != 4 || r.req.outputs.len() != 1 {
+                return Err("needs a 4-D input and one output".into());
+            }
+            let plain: Vec<usize> = FROM_NHWC.iter().map(|&a| x.shape[a]).collect();
+            if !supported(p, &plain) {
+                return Err("needs a 2-D max pool without indices".into());
+            }
+            let g = p.geometry(&plain).map_err(|e| e.to_string())?;
+            let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).map_err(|_| "needs a 2-D pool")?;
+            Ok(Box::new(QMaxPoolNhwc {
+                x: x.shape.to_vec(),
+                gh,
+                gw,
+                flip,
+            }))
+        },
+    );
+}
