@@ -30,6 +30,19 @@ use std::sync::Arc;
 
 pub struct LayoutNhwcInt8;
 
+/// The fewest channels-last convolutions per Transpose at a region's edge for the pass to
+/// keep its rewrite (resnet18, squeezenet1_1 and mobilenet_v2 have 5-26; mobilenet_v3_small
+/// and shufflenet_v2 about one, and were 1.3-1.4x slower channels-last).
+const MIN_CONVS_PER_EDGE: usize = 4;
+
+/// The Transposes a graph has before the pass.
+fn count_in(g: &Graph) -> usize {
+    g.nodes
+        .iter()
+        .filter(|n| n.op.name() == "Transpose")
+        .count()
+}
+
 impl Pass for LayoutNhwcInt8 {
     fn name(&self) -> &'static str {
         "layout-nhwc-int8"
@@ -40,9 +53,23 @@ impl Pass for LayoutNhwcInt8 {
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
-        rewrite_with_twins(graph, &mut convert, |g, plain, nhwc| {
+        let mut trial = graph.clone();
+        let changed = rewrite_with_twins(&mut trial, &mut convert, |g, plain, nhwc| {
             transpose(g, nhwc, plain, &FROM_NHWC)
-        })
+        })?;
+        let count = |name: &str| trial.nodes.iter().filter(|n| n.op.name() == name).count();
+        let (convs, edges) = (
+            count("NhwcQLinearConv"),
+            count("Transpose") - count_in(graph),
+        );
+        // Channels last pay over long regions; a network whose regions are cut short (a
+        // per-channel multiply of squeeze-excitation, a channel shuffle) would spend more on
+        // the Transposes at their edges than the convolutions gain.
+        if !changed || edges * MIN_CONVS_PER_EDGE > convs {
+            return Ok(false);
+        }
+        *graph = trial;
+        Ok(true)
     }
 }
 
