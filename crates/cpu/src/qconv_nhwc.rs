@@ -34,8 +34,14 @@ enum Strategy {
         zero: Vec<i32>,
         indirect: Option<Indirect>,
     },
-    /// `w - w_zero` as `[taps][C]`.
-    Depthwise(Vec<i32>),
+    /// `w - w_zero` as `[taps][C]`, as i32 and as f32 (the AVX-512 kernel's), and the bias
+    /// less the input zero point's share (`bias - x_zero * sum of w`, for kernels that sum
+    /// raw inputs over every tap).
+    Depthwise {
+        weights: Vec<i32>,
+        weights_f32: Vec<f32>,
+        bias_less_zero: Vec<i32>,
+    },
 }
 
 /// The AVX-512 VNNI path's per-column constants, padded to whole panels: the bias with the
@@ -209,7 +215,14 @@ impl QConvNhwcKernel {
                     wt[t * m + ch] = v - w_zero(ch);
                 }
             }
-            Strategy::Depthwise(wt)
+            let bias_less_zero = (0..m)
+                .map(|ch| bias[ch] - x.zero[0] * wt[ch..].iter().step_by(m).sum::<i32>())
+                .collect();
+            Strategy::Depthwise {
+                weights_f32: wt.iter().map(|&v| v as f32).collect(),
+                weights: wt,
+                bias_less_zero,
+            }
         };
         Ok(QConvNhwcKernel {
             path,
@@ -442,11 +455,24 @@ impl QConvNhwcKernel {
         Ok(())
     }
 
-    fn run_depthwise(&self, w: &[i32], x: &[u8], y: &mut [u8]) -> OpResult<()> {
+    fn run_depthwise(
+        &self,
+        w: &[i32],
+        (wf, bias_less_zero): (&[f32], &[i32]),
+        x: &[u8],
+        y: &mut [u8],
+    ) -> OpResult<()> {
         let c = self.s.out_channels;
         let ow = self.s.geometry.output[1];
         let (lo, hi) = range(self.y.signed);
         let row = |(r, out): (usize, &mut [u8])| {
+            // The AVX-512 row sums in f32, exact up to 256 taps (see `depthwise_row`).
+            #[cfg(target_arch = "x86_64")]
+            if self.isa.has_avx512() && wf.len() <= 256 * c {
+                // SAFETY: the session's ISA is AVX-512, which the CPU has; `out` is output row
+                // `r`, `ow * c` bytes.
+                return unsafe { avx512::depthwise_row(self, (wf, bias_less_zero), x, r, out) };
+            }
             let mut acc = vec![0i32; c];
             let mut vals = vec![0f32; c];
             for (ox, dst) in out.chunks_exact_mut(c).enumerate() {
@@ -467,14 +493,10 @@ impl QConvNhwcKernel {
 }
 
 /// The i32 sums of output pixel (`r` = image * out_h + out_y, `ox`) of a depthwise
-/// convolution, bias included, dispatched to the session's vector width.
+/// convolution, bias included (the portable and AVX2 sessions' path).
 fn depthwise_pixel(k: &QConvNhwcKernel, w: &[i32], x: &[u8], r: usize, ox: usize, acc: &mut [i32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if k.isa.has_avx512() {
-            // SAFETY: the session's ISA is AVX-512, which the CPU has.
-            return unsafe { depthwise_pixel_avx512(k, w, x, r, ox, acc) };
-        }
         if k.isa.has_avx2() {
             // SAFETY: the session's ISA includes AVX2, which the CPU has.
             return unsafe { depthwise_pixel_avx2(k, w, x, r, ox, acc) };
@@ -486,19 +508,6 @@ fn depthwise_pixel(k: &QConvNhwcKernel, w: &[i32], x: &[u8], r: usize, ox: usize
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn depthwise_pixel_avx2(
-    k: &QConvNhwcKernel,
-    w: &[i32],
-    x: &[u8],
-    r: usize,
-    ox: usize,
-    acc: &mut [i32],
-) {
-    depthwise_pixel_body(k, w, x, r, ox, acc)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn depthwise_pixel_avx512(
     k: &QConvNhwcKernel,
     w: &[i32],
     x: &[u8],
@@ -560,6 +569,99 @@ fn depthwise_pixel_body(
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::QConvNhwcKernel;
+    use crate::qconv::range;
+    use std::arch::x86_64::*;
+
+    /// Output row `r` (image * out_h + out_y) of a depthwise convolution, sixteen channels at
+    /// a time: i32 sums of `x * w` over the taps, then the bias less the zero point's share,
+    /// then the requantization, in registers.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL; `out` holds the row (`out_w * C` bytes); `w` is the
+    /// kernel's `[taps][C]` weights as f32, `bias` its bias less the zero point's share, `x`
+    /// its input.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn depthwise_row(
+        k: &QConvNhwcKernel,
+        (w, bias): (&[f32], &[i32]),
+        x: &[u8],
+        r: usize,
+        out: &mut [u8],
+    ) {
+        let g = &k.s.geometry;
+        let (ih, iw) = (g.input[0], g.input[1]);
+        let (oh, ow) = (g.output[0], g.output[1]);
+        let c = k.s.out_channels;
+        let kw = g.kernel[1];
+        assert!(out.len() == ow * c && w.len() == g.kernel[0] * kw * c);
+        assert!(bias.len() == c && k.mult.len() == c);
+        let (b, oy) = (r / oh, r % oh);
+        let image = &x[b * ih * iw * c..(b + 1) * ih * iw * c];
+        // The kernel rows inside the image.
+        let rows: Vec<(usize, usize)> = (0..g.kernel[0])
+            .filter_map(|ki| {
+                let iy = (oy * g.strides[0] + ki * g.dilations[0]).checked_sub(g.pad_begin[0])?;
+                (iy < ih).then_some((ki, iy))
+            })
+            .collect();
+        let (lo, hi) = range(k.y.signed);
+        let (vlo, vhi) = (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi));
+        let zero_out = _mm512_set1_epi32(k.y.zero[0]);
+        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+        // Taps outside the image read a run of the zero point, so that every pixel sums all
+        // taps of raw x and the zero point's share, `x_zero * sum of w`, is one subtraction
+        // per channel, taken out of the bias.
+        let zero = vec![k.x.zero[0] as u8; c];
+        let taps_n = g.kernel[0] * kw;
+        let mut taps: Vec<*const u8> = vec![zero.as_ptr(); taps_n];
+        for ox in 0..ow {
+            taps.fill(zero.as_ptr());
+            for &(ki, iy) in &rows {
+                for kj in 0..kw {
+                    let Some(ix) =
+                        (ox * g.strides[1] + kj * g.dilations[1]).checked_sub(g.pad_begin[1])
+                    else {
+                        continue;
+                    };
+                    if ix < iw {
+                        taps[ki * kw + kj] = image[(iy * iw + ix) * c..][..c].as_ptr();
+                    }
+                }
+            }
+            let dst = out.as_mut_ptr().add(ox * c);
+            for c0 in (0..c).step_by(16) {
+                let n = (c - c0).min(16);
+                let mask: __mmask16 = ((1u32 << n) - 1) as u16;
+                // Integer-valued f32 products and sums stay below 2^24 (|x w| < 2^16, at most
+                // 256 taps), where f32 is exact: FMA gives the integer sum.
+                let mut sum = _mm512_setzero_ps();
+                for (t, &px) in taps.iter().enumerate() {
+                    let bytes = _mm_maskz_loadu_epi8(mask, px.add(c0) as *const i8);
+                    let v = if k.x.signed {
+                        _mm512_cvtepi8_epi32(bytes)
+                    } else {
+                        _mm512_cvtepu8_epi32(bytes)
+                    };
+                    let wv = _mm512_maskz_loadu_ps(mask, w.as_ptr().add(t * c + c0));
+                    sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), wv, sum);
+                }
+                let bias = _mm512_maskz_loadu_epi32(mask, bias.as_ptr().add(c0));
+                let acc = _mm512_add_epi32(_mm512_cvtps_epi32(sum), bias);
+                let scale = _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0));
+                let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
+                let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+                // Rounds half to even (the default rounding mode).
+                let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero_out);
+                let q = _mm512_min_epi32(_mm512_max_epi32(q, vlo), vhi);
+                _mm_mask_storeu_epi8(dst.add(c0) as *mut i8, mask, _mm512_cvtepi32_epi8(q));
+            }
+        }
+    }
+}
+
 impl Kernel for QConvNhwcKernel {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
         let x = required(inputs, 0)?;
@@ -588,14 +690,18 @@ impl Kernel for QConvNhwcKernel {
                 ..
             } => self.run_indirect(weights, ind, xb, yb),
             Strategy::Gemm { weights, zero, .. } => self.run_gemm(weights, zero, xb, yb),
-            Strategy::Depthwise(w) => self.run_depthwise(w, xb, yb),
+            Strategy::Depthwise {
+                weights,
+                weights_f32,
+                bias_less_zero,
+            } => self.run_depthwise(weights, (weights_f32, bias_less_zero), xb, yb),
         }
     }
 
     fn name(&self) -> &str {
         match self.strategy {
             Strategy::Gemm { .. } => "cpu.qconv.nhwc.gemm",
-            Strategy::Depthwise(_) => "cpu.qconv.nhwc.depthwise",
+            Strategy::Depthwise { .. } => "cpu.qconv.nhwc.depthwise",
         }
     }
 }

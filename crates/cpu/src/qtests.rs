@@ -173,6 +173,13 @@ fn cases() -> Vec<Case> {
             pads: &[1, 1, 1, 1],
             ..case(&[2, 24, 40, 40], &[24, 1, 3, 3])
         },
+        // Depthwise with more taps (17x17) than the AVX-512 row's exact f32 sums allow, over
+        // 33 channels (two whole chunks and a one-channel tail).
+        Case {
+            group: 33,
+            pads: &[8, 8, 8, 8],
+            ..case(&[1, 33, 19, 18], &[33, 1, 17, 17])
+        },
     ]
 }
 
