@@ -186,3 +186,119 @@ fn convert(
         outputs: vec![yt],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CpuBackend;
+    use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
+    use ferrolite_core::ops::nn::pool::PoolKind;
+    use ferrolite_core::passes::{optimize, session_pipeline};
+    use ferrolite_core::plan::{Backend, Plan};
+    use ferrolite_core::Tensor;
+
+    /// A u8 constant of `shape` with values spread over the whole range.
+    fn u8s(g: &mut Graph, name: &str, shape: &[usize], seed: usize) -> ValueId {
+        let n: usize = shape.iter().product();
+        let v: Vec<u8> = (0..n).map(|i| ((i * 37 + seed * 11) % 256) as u8).collect();
+        g.add_constant(name, Tensor::from_bytes(DType::U8, shape, &v).unwrap())
+    }
+
+    fn qconv(g: &mut Graph, name: &str, x: ValueId, cin: usize, cout: usize, k: usize) -> ValueId {
+        let pad = k / 2;
+        let scale = |g: &mut Graph, n: &str, s: f32| g.add_constant(n, Tensor::scalar(s));
+        let xs = scale(g, &format!("{name}.xs"), 0.05);
+        let xz = g.add_constant(format!("{name}.xz"), Tensor::scalar(128u8));
+        let w = u8s(g, &format!("{name}.w"), &[cout, cin, k, k], cout + k);
+        let ws = scale(g, &format!("{name}.ws"), 0.01);
+        let wz = g.add_constant(format!("{name}.wz"), Tensor::scalar(128u8));
+        let ys = scale(g, &format!("{name}.ys"), 0.05 * (cin * k * k) as f32 / 8.0);
+        let yz = g.add_constant(format!("{name}.yz"), Tensor::scalar(128u8));
+        let op = QLinearConv {
+            params: ConvParams {
+                kernel_shape: None,
+                strides: None,
+                dilations: None,
+                pads: Some(vec![pad; 4]),
+                auto_pad: AutoPad::NotSet,
+            },
+            group: 1,
+        };
+        let inputs = [x, xs, xz, w, ws, wz, ys, yz].map(Some).to_vec();
+        g.add_op(name, Arc::new(op), inputs, 1).unwrap()[0]
+    }
+
+    /// `convs` QLinearConvs on a `[1, 8, 10, 10]` u8 input, with a QLinearAdd skip over the
+    /// second and third and an int8 MaxPool after the fourth.
+    fn net(convs: usize) -> Graph {
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let mut y = qconv(&mut g, "c0", x, 8, 16, 3);
+        let mut skip = y;
+        for i in 1..convs {
+            y = qconv(&mut g, &format!("c{i}"), y, 16, 16, [3, 1][i % 2]);
+            if i == 2 {
+                let s = g.add_constant("add.s", Tensor::scalar(0.1f32));
+                let z = g.add_constant("add.z", Tensor::scalar(128u8));
+                let inputs = [y, s, z, skip, s, z, s, z].map(Some).to_vec();
+                y = g.add_op("add", Arc::new(QLinearAdd), inputs, 1).unwrap()[0];
+                skip = y;
+            }
+            if i == 3 {
+                let pool = Pool {
+                    kind: PoolKind::Max,
+                    kernel_shape: vec![2, 2],
+                    strides: vec![2, 2],
+                    ..Pool::default()
+                };
+                y = g.add_op("pool", Arc::new(pool), vec![Some(y)], 1).unwrap()[0];
+            }
+        }
+        g.outputs.push(y);
+        g
+    }
+
+    /// The graph's op names after the CPU pipeline (less `disabled`), and its output.
+    fn optimized(g: &Graph, disabled: &[&str]) -> (Vec<String>, Tensor) {
+        let backend = CpuBackend::default();
+        let mut g = g.clone();
+        let x: Vec<u8> = (0..800).map(|i| (i * 7 % 256) as u8).collect();
+        let x = Tensor::from_bytes(DType::U8, &[1, 8, 10, 10], &x).unwrap();
+        let disabled: Vec<String> = disabled.iter().map(|d| d.to_string()).collect();
+        let pipeline = session_pipeline(None, backend.passes());
+        let dynamic = optimize(&mut g, &[TensorInfo::of(&x)], &pipeline, &disabled).unwrap();
+        let plan = Plan::build(&g, &dynamic, Some(&backend)).unwrap();
+        let y = plan.run(&[&x]).unwrap().remove(0);
+        (g.nodes.iter().map(|n| n.op.name().to_string()).collect(), y)
+    }
+
+    #[test]
+    fn runs_long_int8_regions_channels_last() {
+        let g = net(8);
+        let (ops, got) = optimized(&g, &[]);
+        let first_last = (ops.first().unwrap().as_str(), ops.last().unwrap().as_str());
+        assert_eq!(first_last, ("Transpose", "Transpose"), "{ops:?}");
+        assert_eq!(ops.iter().filter(|o| *o == "NhwcQLinearConv").count(), 8);
+        assert!(ops.iter().any(|o| o == "NhwcMaxPool"), "{ops:?}");
+        assert!(ops.iter().any(|o| o == "QLinearAdd"), "{ops:?}");
+        let (plain_ops, want) = optimized(&g, &["layout-nhwc-int8"]);
+        assert!(plain_ops.iter().all(|o| !o.starts_with("Nhwc")));
+        assert_eq!(got.shape(), want.shape());
+        let (a, b) = (got.to_i64_vec(), want.to_i64_vec());
+        // Both layouts sum the same integers and requantize alike.
+        assert_eq!(a, b);
+        assert!(
+            b.iter().any(|&v| v != b[0]),
+            "a constant output tests nothing"
+        );
+    }
+
+    #[test]
+    fn leaves_short_regions_plain() {
+        // Three convolutions between two Transposes would not pay for them.
+        let (ops, _) = optimized(&net(3), &[]);
+        assert!(ops.iter().all(|o| !o.starts_with("Nhwc")), "{ops:?}");
+        assert!(ops.iter().all(|o| o != "Transpose"), "{ops:?}");
+    }
+}

@@ -393,8 +393,10 @@ fn qlinear_matmul_and_matmul_integer_match_reference() {
 
 #[test]
 fn quantize_dequantize_and_int8_maxpool_match_reference() {
+    use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
     use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
     use ferrolite_core::ops::quant::{DequantizeLinear, QuantizeLinear};
+    use ferrolite_core::ops::shape::common::permute;
     let mut rng = Rng(17);
     let mut names = Vec::new();
     for threads in [1, 2] {
@@ -465,13 +467,26 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
                             ceil_mode,
                             ..Default::default()
                         };
-                        names.push(check_q(Arc::new(p), &[Some(q.clone())], &[false]));
+                        let p: Arc<dyn Op> = Arc::new(p);
+                        names.push(check_q(p.clone(), &[Some(q.clone())], &[false]));
+                        // The same pool on the channels-last input (layout-nhwc-int8's).
+                        let nhwc = Arc::new(Nhwc {
+                            inner: p,
+                            nhwc_inputs: vec![0],
+                        });
+                        let qt = permute(&q, q.shape(), &TO_NHWC).unwrap();
+                        names.push(check_q(nhwc, &[Some(qt)], &[false]));
                     }
                 }
             }
         });
     }
-    for n in ["cpu.quantize", "cpu.dequantize", "cpu.qmaxpool"] {
+    for n in [
+        "cpu.quantize",
+        "cpu.dequantize",
+        "cpu.qmaxpool",
+        "cpu.qmaxpool.nhwc",
+    ] {
         assert!(names.iter().any(|k| k == n), "{n} not run");
     }
 }
