@@ -34,13 +34,11 @@ enum Strategy {
         zero: Vec<i32>,
         indirect: Option<Indirect>,
     },
-    /// `w - w_zero` as `[taps][C]`, as i32 and as f32 (the AVX-512 kernel's), and the bias
-    /// less the input zero point's share (`bias - x_zero * sum of w`, for kernels that sum
-    /// raw inputs over every tap).
+    /// `w - w_zero` as `[taps][C]`, and as f32 `[taps][C rounded up to 16]` (the AVX-512
+    /// kernel's, whose loads are whole vectors; the padding is 0).
     Depthwise {
         weights: Vec<i32>,
         weights_f32: Vec<f32>,
-        bias_less_zero: Vec<i32>,
     },
 }
 
@@ -215,13 +213,16 @@ impl QConvNhwcKernel {
                     wt[t * m + ch] = v - w_zero(ch);
                 }
             }
-            let bias_less_zero = (0..m)
-                .map(|ch| bias[ch] - x.zero[0] * wt[ch..].iter().step_by(m).sum::<i32>())
-                .collect();
+            let mp = m.next_multiple_of(16);
+            let mut weights_f32 = vec![0f32; taps * mp];
+            for t in 0..taps {
+                for ch in 0..m {
+                    weights_f32[t * mp + ch] = wt[t * m + ch] as f32;
+                }
+            }
             Strategy::Depthwise {
-                weights_f32: wt.iter().map(|&v| v as f32).collect(),
+                weights_f32,
                 weights: wt,
-                bias_less_zero,
             }
         };
         Ok(QConvNhwcKernel {
@@ -466,24 +467,32 @@ impl QConvNhwcKernel {
         Ok(())
     }
 
-    fn run_depthwise(
-        &self,
-        w: &[i32],
-        (wf, bias_less_zero): (&[f32], &[i32]),
-        x: &[u8],
-        y: &mut [u8],
-    ) -> OpResult<()> {
+    fn run_depthwise(&self, w: &[i32], wf: &[f32], x: &[u8], y: &mut [u8]) -> OpResult<()> {
         let c = self.s.out_channels;
         let ow = self.s.geometry.output[1];
+        // The AVX-512 bands sum in f32, exact up to 256 taps (see `avx512::depthwise_band`).
+        #[cfg(target_arch = "x86_64")]
+        if self.isa.has_avx512() && wf.len() <= 256 * c.next_multiple_of(16) {
+            let oh = self.s.geometry.output[0];
+            let band = self.depthwise_band_rows();
+            let image = (oh * ow * c).max(1);
+            let task = |(b, i, out): (usize, usize, &mut [u8])| {
+                // SAFETY: the session's ISA is AVX-512, which the CPU has; `out` is output
+                // rows `i * band..` of image `b`, whole rows.
+                unsafe { avx512::depthwise_band(self, wf, x, (b, i * band), out) }
+            };
+            y.par_chunks_mut(image)
+                .enumerate()
+                .flat_map(|(b, img)| {
+                    img.par_chunks_mut((band * ow * c).max(1))
+                        .enumerate()
+                        .map(move |(i, out)| (b, i, out))
+                })
+                .for_each(task);
+            return Ok(());
+        }
         let (lo, hi) = range(self.y.signed);
         let row = |(r, out): (usize, &mut [u8])| {
-            // The AVX-512 row sums in f32, exact up to 256 taps (see `depthwise_row`).
-            #[cfg(target_arch = "x86_64")]
-            if self.isa.has_avx512() && wf.len() <= 256 * c {
-                // SAFETY: the session's ISA is AVX-512, which the CPU has; `out` is output row
-                // `r`, `ow * c` bytes.
-                return unsafe { avx512::depthwise_row(self, (wf, bias_less_zero), x, r, out) };
-            }
             let mut acc = vec![0i32; c];
             let mut vals = vec![0f32; c];
             for (ox, dst) in out.chunks_exact_mut(c).enumerate() {
@@ -500,6 +509,19 @@ impl QConvNhwcKernel {
             y.chunks_mut((ow * c).max(1)).enumerate().for_each(row);
         }
         Ok(())
+    }
+
+    /// Output rows per AVX-512 depthwise task: enough tasks for every thread (four each),
+    /// and a band's input rows as f32 within about 256 KiB, the size of a core's L2 share.
+    #[cfg(target_arch = "x86_64")]
+    fn depthwise_band_rows(&self) -> usize {
+        let g = &self.s.geometry;
+        let oh = g.output[0];
+        let row_bytes = avx512::band_width(self) * self.s.out_channels.next_multiple_of(16) * 4;
+        let fit = ((256 << 10) / row_bytes.max(1) / g.strides[0]).max(1);
+        let tasks = 4 * rayon::current_num_threads();
+        let spread = (self.s.batch * oh).div_ceil(tasks).max(1);
+        fit.min(spread).min(oh.max(1))
     }
 }
 
@@ -586,89 +608,189 @@ mod avx512 {
     use crate::qconv::range;
     use std::arch::x86_64::*;
 
-    /// Output row `r` (image * out_h + out_y) of a depthwise convolution, sixteen channels at
-    /// a time: i32 sums of `x * w` over the taps, then the bias less the zero point's share,
-    /// then the requantization, in registers.
+    thread_local! {
+        /// A depthwise band's input rows, `x - x_zero` as f32 with the padding as 0.
+        static BAND: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// The padded input row width (in pixels) the output row reads: left padding, the image,
+    /// and what the right padding adds.
+    pub(super) fn band_width(k: &QConvNhwcKernel) -> usize {
+        let g = &k.s.geometry;
+        let last = (g.output[1].max(1) - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1];
+        (last + 1).max(g.pad_begin[1] + g.input[1])
+    }
+
+    /// Output rows `first..` of image `b` (as many as `out` holds) of a depthwise
+    /// convolution. The band's input rows are converted once to `x - x_zero` in f32, padded
+    /// with zeros, so that every output vector of sixteen channels is one FMA per tap, the
+    /// weights' vector read from L1, then the bias and the requantization in registers.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F/BW/VL; `out` holds the row (`out_w * C` bytes); `w` is the
-    /// kernel's `[taps][C]` weights as f32, `bias` its bias less the zero point's share, `x`
-    /// its input.
+    /// The CPU has AVX-512 F/BW/VL; `out` holds whole output rows of image `b`; `w` is the
+    /// kernel's `[taps][C rounded up to 16]` f32 weights; the kernel has at most 256 taps.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn depthwise_row(
+    pub(super) unsafe fn depthwise_band(
         k: &QConvNhwcKernel,
-        (w, bias): (&[f32], &[i32]),
+        w: &[f32],
         x: &[u8],
-        r: usize,
+        (b, first): (usize, usize),
         out: &mut [u8],
     ) {
         let g = &k.s.geometry;
         let (ih, iw) = (g.input[0], g.input[1]);
-        let (oh, ow) = (g.output[0], g.output[1]);
+        let ow = g.output[1];
+        let (kh, kw) = (g.kernel[0], g.kernel[1]);
+        let (sh, dh) = (g.strides[0], g.dilations[0]);
         let c = k.s.out_channels;
-        let kw = g.kernel[1];
-        assert!(out.len() == ow * c && w.len() == g.kernel[0] * kw * c);
-        assert!(bias.len() == c && k.mult.len() == c);
-        let (b, oy) = (r / oh, r % oh);
+        let cp = c.next_multiple_of(16);
+        let rows = out.len() / (ow * c).max(1);
+        if rows == 0 || ow == 0 || c == 0 {
+            return;
+        }
+        assert!(w.len() == kh * kw * cp && k.bias.len() == c && k.mult.len() == c);
+        assert!(x.len() >= (b + 1) * ih * iw * c && kh * kw <= 256);
         let image = &x[b * ih * iw * c..(b + 1) * ih * iw * c];
-        // The kernel rows inside the image.
-        let rows: Vec<(usize, usize)> = (0..g.kernel[0])
-            .filter_map(|ki| {
-                let iy = (oy * g.strides[0] + ki * g.dilations[0]).checked_sub(g.pad_begin[0])?;
-                (iy < ih).then_some((ki, iy))
-            })
-            .collect();
-        let (lo, hi) = range(k.y.signed);
-        let (vlo, vhi) = (_mm512_set1_epi32(lo), _mm512_set1_epi32(hi));
-        let zero_out = _mm512_set1_epi32(k.y.zero[0]);
-        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
-        // Taps outside the image read a run of the zero point, so that every pixel sums all
-        // taps of raw x and the zero point's share, `x_zero * sum of w`, is one subtraction
-        // per channel, taken out of the bias.
-        let zero = vec![k.x.zero[0] as u8; c];
-        let taps_n = g.kernel[0] * kw;
-        let mut taps: Vec<*const u8> = vec![zero.as_ptr(); taps_n];
-        for ox in 0..ow {
-            taps.fill(zero.as_ptr());
-            for &(ki, iy) in &rows {
-                for kj in 0..kw {
-                    let Some(ix) =
-                        (ox * g.strides[1] + kj * g.dilations[1]).checked_sub(g.pad_begin[1])
-                    else {
-                        continue;
-                    };
-                    if ix < iw {
-                        taps[ki * kw + kj] = image[(iy * iw + ix) * c..][..c].as_ptr();
+        // Padded input rows `top..top + band_h` (top may lie in the padding, negative).
+        let top = (first * sh) as isize - g.pad_begin[0] as isize;
+        let band_h = (rows - 1) * sh + (kh - 1) * dh + 1;
+        let width = band_width(k);
+        let left = g.pad_begin[1];
+        let row_len = width * cp;
+        BAND.with_borrow_mut(|buf| {
+            // Every element is written below: zeros for the padding, the input for the rest.
+            buf.resize(band_h * row_len, 0.0);
+            let zero = _mm512_set1_epi32(k.x.zero[0]);
+            let convert = |bytes: __m128i| {
+                let v = if k.x.signed {
+                    _mm512_cvtepi8_epi32(bytes)
+                } else {
+                    _mm512_cvtepu8_epi32(bytes)
+                };
+                _mm512_cvtepi32_ps(_mm512_sub_epi32(v, zero))
+            };
+            for (r, dst) in buf[..band_h * row_len].chunks_exact_mut(row_len).enumerate() {
+                let iy = top + r as isize;
+                if iy < 0 || iy >= ih as isize {
+                    dst.fill(0.0);
+                    continue;
+                }
+                dst[..left * cp].fill(0.0);
+                dst[(left + iw) * cp..].fill(0.0);
+                let src = &image[iy as usize * iw * c..][..iw * c];
+                let d = dst.as_mut_ptr().add(left * cp);
+                if c == cp {
+                    // Whole vectors of channels: the row converts as one run.
+                    for i in (0..iw * c).step_by(16) {
+                        let bytes = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+                        _mm512_storeu_ps(d.add(i), convert(bytes));
+                    }
+                    continue;
+                }
+                for (ix, px) in src.chunks_exact(c).enumerate() {
+                    for c0 in (0..c).step_by(16) {
+                        let mask: __mmask16 = ((1u32 << (c - c0).min(16)) - 1) as u16;
+                        let bytes = _mm_maskz_loadu_epi8(mask, px.as_ptr().add(c0) as *const i8);
+                        // The lanes past C hold `-x_zero`, read with weights of 0.
+                        _mm512_storeu_ps(d.add(ix * cp + c0), convert(bytes));
                     }
                 }
             }
-            let dst = out.as_mut_ptr().add(ox * c);
-            for c0 in (0..c).step_by(16) {
-                let n = (c - c0).min(16);
-                let mask: __mmask16 = ((1u32 << n) - 1) as u16;
-                // Integer-valued f32 products and sums stay below 2^24 (|x w| < 2^16, at most
-                // 256 taps), where f32 is exact: FMA gives the integer sum.
-                let mut sum = _mm512_setzero_ps();
-                for (t, &px) in taps.iter().enumerate() {
-                    let bytes = _mm_maskz_loadu_epi8(mask, px.add(c0) as *const i8);
-                    let v = if k.x.signed {
-                        _mm512_cvtepi8_epi32(bytes)
-                    } else {
-                        _mm512_cvtepu8_epi32(bytes)
+            let (lo, hi) = range(k.y.signed);
+            let requant = Requant {
+                lo: _mm512_set1_epi32(lo),
+                hi: _mm512_set1_epi32(hi),
+                zero: _mm512_set1_epi32(k.y.zero[0]),
+            };
+            let band = buf.as_ptr();
+            for oy in 0..rows {
+                let out_row = out.as_mut_ptr().add(oy * ow * c);
+                for c0 in (0..c).step_by(16) {
+                    let n = (c - c0).min(16);
+                    let mask: __mmask16 = ((1u32 << n) - 1) as u16;
+                    let ch = Channels {
+                        cp,
+                        mask,
+                        bias: _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0)),
+                        scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
+                        w: w.as_ptr().add(c0),
                     };
-                    let wv = _mm512_maskz_loadu_ps(mask, w.as_ptr().add(t * c + c0));
-                    sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), wv, sum);
+                    let row = band.add(oy * sh * row_len + c0);
+                    let mut ox = 0;
+                    while ox + PIXELS <= ow {
+                        pixels::<PIXELS>(k, &ch, &requant, row, row_len, ox, out_row.add(c0));
+                        ox += PIXELS;
+                    }
+                    for ox in ox..ow {
+                        pixels::<1>(k, &ch, &requant, row, row_len, ox, out_row.add(c0));
+                    }
                 }
-                let bias = _mm512_maskz_loadu_epi32(mask, bias.as_ptr().add(c0));
-                let acc = _mm512_add_epi32(_mm512_cvtps_epi32(sum), bias);
-                let scale = _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0));
-                let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale);
-                let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
-                // Rounds half to even (the default rounding mode).
-                let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero_out);
-                let q = _mm512_min_epi32(_mm512_max_epi32(q, vlo), vhi);
-                _mm_mask_storeu_epi8(dst.add(c0) as *mut i8, mask, _mm512_cvtepi32_epi8(q));
             }
+        });
+    }
+
+    /// Output pixels per step: independent sums that hide the FMA's latency.
+    const PIXELS: usize = 8;
+
+    /// Sixteen channels' constants: which are real, their bias and scale, and their weights
+    /// (`w[t * cp + ..]`, `cp` being C rounded up to 16, the band's pixel stride).
+    struct Channels {
+        cp: usize,
+        mask: __mmask16,
+        bias: __m512i,
+        scale: __m512,
+        w: *const f32,
+    }
+
+    /// The output range and zero point.
+    struct Requant {
+        lo: __m512i,
+        hi: __m512i,
+        zero: __m512i,
+    }
+
+    /// Output pixels `ox..ox + N` of one row, sixteen channels: `row` is the band's first
+    /// input row of the output row at the channels' offset, `out` the output row there.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn pixels<const N: usize>(
+        k: &QConvNhwcKernel,
+        ch: &Channels,
+        q: &Requant,
+        row: *const f32,
+        row_len: usize,
+        ox: usize,
+        out: *mut u8,
+    ) {
+        let g = &k.s.geometry;
+        let (kh, kw) = (g.kernel[0], g.kernel[1]);
+        let (dh, dw) = (g.dilations[0], g.dilations[1]);
+        let cp = ch.cp;
+        let step = g.strides[1] * cp;
+        // Integer-valued f32 products and sums stay below 2^24 (|x w| < 2^16, at most 256
+        // taps), where f32 is exact: FMA gives the integer sum.
+        let mut sum = [_mm512_setzero_ps(); N];
+        for ki in 0..kh {
+            let r = row.add(ki * dh * row_len + ox * step);
+            for kj in 0..kw {
+                let wv = _mm512_loadu_ps(ch.w.add((ki * kw + kj) * cp));
+                let x = r.add(kj * dw * cp);
+                for (j, s) in sum.iter_mut().enumerate() {
+                    *s = _mm512_fmadd_ps(_mm512_loadu_ps(x.add(j * step)), wv, *s);
+                }
+            }
+        }
+        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+        let c = k.s.out_channels;
+        for (j, s) in sum.iter().enumerate() {
+            let acc = _mm512_add_epi32(_mm512_cvtps_epi32(*s), ch.bias);
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), ch.scale);
+            let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+            // Rounds half to even (the default rounding mode).
+            let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), q.zero);
+            let v = _mm512_min_epi32(_mm512_max_epi32(v, q.lo), q.hi);
+            let dst = out.add((ox + j) * c) as *mut i8;
+            _mm_mask_storeu_epi8(dst, ch.mask, _mm512_cvtepi32_epi8(v));
         }
     }
 }
@@ -704,8 +826,7 @@ impl Kernel for QConvNhwcKernel {
             Strategy::Depthwise {
                 weights,
                 weights_f32,
-                bias_less_zero,
-            } => self.run_depthwise(weights, (weights_f32, bias_less_zero), xb, yb),
+            } => self.run_depthwise(weights, weights_f32, xb, yb),
         }
     }
 

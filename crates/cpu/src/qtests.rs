@@ -173,6 +173,14 @@ fn cases() -> Vec<Case> {
             pads: &[1, 1, 1, 1],
             ..case(&[2, 24, 40, 40], &[24, 1, 3, 3])
         },
+        // Depthwise on whole vectors of channels (32), stride 2, rows of a block of eight
+        // output pixels and a tail.
+        Case {
+            group: 32,
+            strides: &[2, 2],
+            pads: &[1, 1, 1, 1],
+            ..case(&[2, 32, 21, 23], &[32, 1, 3, 3])
+        },
         // Depthwise with more taps (17x17) than the AVX-512 row's exact f32 sums allow, over
         // 33 channels (two whole chunks and a one-channel tail).
         Case {
