@@ -669,7 +669,10 @@ mod avx512 {
                 };
                 _mm512_cvtepi32_ps(_mm512_sub_epi32(v, zero))
             };
-            for (r, dst) in buf[..band_h * row_len].chunks_exact_mut(row_len).enumerate() {
+            for (r, dst) in buf[..band_h * row_len]
+                .chunks_exact_mut(row_len)
+                .enumerate()
+            {
                 let iy = top + r as isize;
                 if iy < 0 || iy >= ih as isize {
                     dst.fill(0.0);
