@@ -6,6 +6,13 @@
 //! Kernels parallelise with plain rayon calls; the session runs plans inside its own rayon
 //! thread pool, which sets the thread count.
 
+// The SIMD kernels are x86_64-only so far: elsewhere the ISA arguments that pick them, and the
+// fields and helpers only they read, go unused (the NEON kernels will use them).
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(unused_variables, unused_mut, dead_code)
+)]
+
 /// Defines `fn NAME(ARGS.., wide: bool)` whose body is compiled twice: for AVX2, taken when
 /// `wide`, so that its loops vectorize 8 wide, and plain. Callers set `wide` only for the x86
 /// ISAs, whose CPUs have AVX2 (`Isa::has_avx2`).
