@@ -401,7 +401,7 @@ impl AddArgs {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: QAddKernel is built only where the CPU has AVX2 and FMA (and an
-            // Avx512 session only where it has AVX-512F); every slice is `out`'s length.
+            // Avx512 session only where it has AVX-512 F/BW/VL); every slice is `out`'s length.
             unsafe {
                 if self.isa.has_avx512() {
                     x86_add::add_avx512(self, x, y, out)
@@ -421,8 +421,8 @@ mod x86_add {
     use std::arch::x86_64::*;
 
     /// # Safety
-    /// The CPU has AVX-512F and BW; `x`, `y` and `out` have one length.
-    #[target_feature(enable = "avx512f,avx512bw,fma")]
+    /// The CPU has AVX-512F, BW and VL; `x`, `y` and `out` have one length.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
     pub(super) unsafe fn add_avx512(
         a: &AddArgs,
         x: &[u8],
