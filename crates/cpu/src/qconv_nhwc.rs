@@ -8,8 +8,10 @@
 //! im2col matrix is written and read back, and the output comes out channels-last as the next
 //! convolution reads it.
 //!
-//! Depthwise convolutions accumulate in i32 per pixel over whole vectors of channels, which
-//! channels last keep contiguous.
+//! Depthwise convolutions work on whole vectors of channels, which channels last keep
+//! contiguous: on AVX-512, bands of output rows whose input rows are converted once to
+//! `x - x_zero` in f32 (exact: every sum of up to 256 taps stays below 2^24), eight output
+//! pixels per step; elsewhere i32 sums per pixel.
 
 use crate::backend::{constant, shape, Registry};
 use crate::qconv::{flip, flipped_zero, multipliers, range};
@@ -52,6 +54,20 @@ struct Indirect {
     scale: Vec<f32>,
     /// The input's channels padded to a multiple of 4.
     channels: usize,
+}
+
+/// The channels-last input the AVX-512 VNNI path's tap pointers point into: `h` x `w` pixels
+/// of `c` bytes per image, `pad` rows and columns of padding before it (0 for a copy padded
+/// in place), and whether a pointer covers a whole kernel row (`kw` pixels one after another,
+/// inside a padded copy) or one tap.
+#[cfg(target_arch = "x86_64")]
+struct TapSource<'a> {
+    data: &'a [u8],
+    h: usize,
+    w: usize,
+    c: usize,
+    pad: [usize; 2],
+    kernel_rows: bool,
 }
 
 #[derive(Debug)]
@@ -318,48 +334,113 @@ impl QConvNhwcKernel {
         }
     }
 
-    /// Pointers to the taps of output pixels `first..first + count` (`taps` per pixel, pixel
-    /// after pixel) into `ptrs`: each tap's input pixel, or `zero` (the zero point, a real 0)
-    /// outside the image and for pixels past the end.
+    /// The input extent along spatial `axis` (0 rows, 1 columns) with the padding: what the
+    /// last output reads, or the padded image, whichever is larger.
+    fn padded_extent(&self, axis: usize) -> usize {
+        let g = &self.s.geometry;
+        let last = (g.output[axis].max(1) - 1) * g.strides[axis]
+            + (g.kernel[axis] - 1) * g.dilations[axis];
+        (last + 1).max(g.pad_begin[axis] + g.input[axis])
+    }
+
+    /// Pointers to the taps of output pixels `first..first + count` (pixel after pixel) into
+    /// `ptrs`: each tap's input pixel in `src` (or, with `src.kernel_rows`, each kernel row's
+    /// first pixel), or `zero` (the zero point, a real 0) outside the image and for pixels past
+    /// the end. Pixels follow each other, so their coordinates are stepped, not divided out.
     #[cfg(target_arch = "x86_64")]
     fn tap_pointers(
         &self,
-        (x, c): (&[u8], usize),
+        src: &TapSource,
         zero: &[u8],
         first: usize,
         count: usize,
         ptrs: &mut [*const u8],
     ) {
         let g = &self.s.geometry;
-        let (ih, iw) = (g.input[0], g.input[1]);
-        let (oh, ow) = (g.output[0], g.output[1]);
-        let pixels = self.s.batch * oh * ow;
-        if g.kernel == [1, 1] && g.strides == [1, 1] && g.pad_begin == [0, 0] {
+        let (oh, ow) = (g.output[0].max(1), g.output[1].max(1));
+        let pixels = self.s.batch * g.output[0] * g.output[1];
+        let (zero, base, c) = (zero.as_ptr(), src.data.as_ptr(), src.c);
+        let last = (first + count).min(pixels);
+        if g.kernel == [1, 1] && g.strides == [1, 1] && src.pad == [0, 0] {
             // A pointwise convolution's patch is its own pixel.
             for (p, ptr) in (first..first + count).zip(ptrs.iter_mut()) {
-                *ptr = if p < pixels {
-                    x[p * c..][..c].as_ptr()
+                *ptr = if p < last {
+                    base.wrapping_add(p * c)
                 } else {
-                    zero.as_ptr()
+                    zero
                 };
             }
             return;
         }
-        let mut at = ptrs.iter_mut();
-        for p in first..first + count {
-            let (b, oy, ox) = (p / (oh * ow), p / ow % oh, p % ow);
-            for ki in 0..g.kernel[0] {
-                let iy = (oy * g.strides[0] + ki * g.dilations[0]).checked_sub(g.pad_begin[0]);
-                for kj in 0..g.kernel[1] {
-                    let ix = (ox * g.strides[1] + kj * g.dilations[1]).checked_sub(g.pad_begin[1]);
-                    let ptr = match (iy, ix) {
-                        (Some(iy), Some(ix)) if p < pixels && iy < ih && ix < iw => {
-                            x[((b * ih + iy) * iw + ix) * c..][..c].as_ptr()
-                        }
-                        _ => zero.as_ptr(),
-                    };
-                    *at.next().expect("taps per pixel") = ptr;
+        let kw = if src.kernel_rows { 1 } else { g.kernel[1] };
+        let per = g.kernel[0] * kw;
+        let (h, w) = (src.h as isize, src.w as isize);
+        // The window's last row and column, from its first.
+        let (y_span, x_span) = (
+            ((g.kernel[0] - 1) * g.dilations[0]) as isize,
+            ((kw - 1) * g.dilations[1]) as isize,
+        );
+        let (row_step, col_step) = (g.dilations[0] * src.w * c, g.dilations[1] * c);
+        let (mut b, mut oy, mut ox) = (first / (oh * ow), first / ow % oh, first % ow);
+        for (p, taps) in (first..first + count).zip(ptrs.chunks_exact_mut(per)) {
+            if p >= last {
+                taps.fill(zero);
+                continue;
+            }
+            let y0 = (oy * g.strides[0]) as isize - src.pad[0] as isize;
+            let x0 = (ox * g.strides[1]) as isize - src.pad[1] as isize;
+            let image = base.wrapping_add(b * src.h * src.w * c);
+            if y0 >= 0 && x0 >= 0 && y0 + y_span < h && x0 + x_span < w {
+                // The whole window inside the image (most pixels): no tap to check.
+                let mut line = image.wrapping_add((y0 as usize * src.w + x0 as usize) * c);
+                for row in taps.chunks_exact_mut(kw) {
+                    let mut at = line;
+                    for ptr in row {
+                        *ptr = at;
+                        at = at.wrapping_add(col_step);
+                    }
+                    line = line.wrapping_add(row_step);
                 }
+            } else {
+                let dilations = (kw, g.dilations[0], g.dilations[1]);
+                Self::border_taps((image, zero), (y0, x0), (h, w, c), dilations, taps);
+            }
+            ox += 1;
+            if ox == ow {
+                ox = 0;
+                oy += 1;
+                if oy == oh {
+                    oy = 0;
+                    b += 1;
+                }
+            }
+        }
+    }
+
+    /// The taps of a pixel whose window (first row `y0`, column `x0`) crosses the image's
+    /// border: `zero` for those outside.
+    #[cfg(target_arch = "x86_64")]
+    fn border_taps(
+        (image, zero): (*const u8, *const u8),
+        (y0, x0): (isize, isize),
+        (h, w, c): (isize, isize, usize),
+        (kw, dy, dx): (usize, usize, usize),
+        taps: &mut [*const u8],
+    ) {
+        for (ki, row) in taps.chunks_exact_mut(kw).enumerate() {
+            let iy = y0 + (ki * dy) as isize;
+            if iy < 0 || iy >= h {
+                row.fill(zero);
+                continue;
+            }
+            let line = image.wrapping_add(iy as usize * w as usize * c);
+            for (kj, ptr) in row.iter_mut().enumerate() {
+                let ix = x0 + (kj * dx) as isize;
+                *ptr = if ix < 0 || ix >= w {
+                    zero
+                } else {
+                    line.wrapping_add(ix as usize * c)
+                };
             }
         }
     }
@@ -377,26 +458,61 @@ impl QConvNhwcKernel {
         use crate::qgemm::x86::{self, ColumnQuantized, IndirectRows, VNNI_MR, VNNI_NR};
         use crate::qgemm::SendPtr;
         let m = self.s.out_channels;
-        let taps: usize = self.s.geometry.kernel.iter().product();
         op_ensure!(
             x.len() == self.x_shape.iter().product::<usize>() && y.len().is_multiple_of(m.max(1)),
             "channels-last convolution buffers do not match the kernel"
         );
         let (cin, c) = (self.s.in_channels, ind.channels);
+        let g = &self.s.geometry;
         let padded: Vec<u8>;
-        let x = if c == cin {
-            x
+        let src = if c == cin {
+            TapSource {
+                data: x,
+                h: g.input[0],
+                w: g.input[1],
+                c,
+                pad: [g.pad_begin[0], g.pad_begin[1]],
+                kernel_rows: false,
+            }
         } else {
-            let mut p = vec![self.x.zero[0] as u8; x.len() / cin.max(1) * c];
-            for (dst, src) in p.chunks_exact_mut(c).zip(x.chunks_exact(cin)) {
-                dst[..cin].copy_from_slice(src);
+            // Channels padded to whole quads need a copy; padded spatially as well, every tap
+            // lies inside it and a kernel row (of dilation 1) is one run of `kw * c` bytes:
+            // one pointer per kernel row instead of one per tap (a 3-channel stem has one
+            // quad per tap, where fetching the tap's pointer cost as much as its product).
+            let (ih, iw) = (g.input[0], g.input[1]);
+            let (h, w) = (self.padded_extent(0), self.padded_extent(1));
+            let (top, left) = (g.pad_begin[0], g.pad_begin[1]);
+            let mut p = vec![self.x.zero[0] as u8; self.s.batch * h * w * c];
+            for (b, image) in x.chunks_exact(ih * iw * cin).enumerate() {
+                for (iy, row) in image.chunks_exact(iw * cin).enumerate() {
+                    let at = ((b * h + iy + top) * w + left) * c;
+                    for (dst, src) in p[at..at + iw * c]
+                        .chunks_exact_mut(c)
+                        .zip(row.chunks_exact(cin))
+                    {
+                        dst[..cin].copy_from_slice(src);
+                    }
+                }
             }
             padded = p;
-            &padded
+            TapSource {
+                data: &padded,
+                h,
+                w,
+                c,
+                pad: [0, 0],
+                kernel_rows: g.dilations[1] == 1,
+            }
+        };
+        // Bytes per pointer and pointers per pixel.
+        let (run, taps) = if src.kernel_rows {
+            (g.kernel[1] * c, g.kernel[0])
+        } else {
+            (c, g.kernel[0] * g.kernel[1])
         };
         let pixels = y.len() / m.max(1);
         let (mb, nb) = (pixels.div_ceil(VNNI_MR), m.div_ceil(VNNI_NR));
-        let zero = vec![self.x.zero[0] as u8; c];
+        let zero = vec![self.x.zero[0] as u8; run];
         let (lo, hi) = range(self.y.signed);
         let flip = flip(self.x.signed, false);
         let out = SendPtr(y.as_mut_ptr());
@@ -406,7 +522,7 @@ impl QConvNhwcKernel {
         let rows_outside = pixels >= m;
         let outer = if rows_outside { mb } else { nb };
         let threads = rayon::current_num_threads().max(1);
-        let work = pixels * m * taps * c;
+        let work = pixels * m * taps * run;
         let tasks = if threads <= 1 || work < TASK_WORK {
             1
         } else {
@@ -434,25 +550,26 @@ impl QConvNhwcKernel {
                 let rows = IndirectRows {
                     ptrs,
                     taps,
-                    quads: c / 4,
+                    quads: run / 4,
                     flip,
                 };
-                // SAFETY: the path is AVX-512 VNNI only on CPUs with it; every pointer is a
-                // tap's `c` bytes of `x` or of `zero`; tile (ib, jp) is this task's alone and
-                // inside the output (rows and cols clipped to it).
+                // SAFETY: the path is AVX-512 VNNI only on CPUs with it; every pointer starts
+                // `run` bytes of the input or of `zero` (a kernel row lies inside the padded
+                // copy: its extents cover the last output's taps); tile (ib, jp) is this
+                // task's alone and inside the output (rows and cols clipped to it).
                 unsafe { x86::tile_vnni_indirect(&rows, weights.panel_bytes(jp), &q) };
             };
             let range = t * per..((t + 1) * per).min(outer);
             if rows_outside {
                 for ib in range {
-                    self.tap_pointers((x, c), &zero, ib * VNNI_MR, VNNI_MR, &mut ptrs);
+                    self.tap_pointers(&src, &zero, ib * VNNI_MR, VNNI_MR, &mut ptrs);
                     for jp in 0..nb {
                         one(ib, jp, &ptrs);
                     }
                 }
             } else {
                 for ib in 0..mb {
-                    self.tap_pointers((x, c), &zero, ib * VNNI_MR, VNNI_MR, &mut ptrs);
+                    self.tap_pointers(&src, &zero, ib * VNNI_MR, VNNI_MR, &mut ptrs);
                     for jp in range.clone() {
                         one(ib, jp, &ptrs);
                     }
@@ -616,9 +733,7 @@ mod avx512 {
     /// The padded input row width (in pixels) the output row reads: left padding, the image,
     /// and what the right padding adds.
     pub(super) fn band_width(k: &QConvNhwcKernel) -> usize {
-        let g = &k.s.geometry;
-        let last = (g.output[1].max(1) - 1) * g.strides[1] + (g.kernel[1] - 1) * g.dilations[1];
-        (last + 1).max(g.pad_begin[1] + g.input[1])
+        k.padded_extent(1)
     }
 
     /// Output rows `first..` of image `b` (as many as `out` holds) of a depthwise

@@ -148,9 +148,22 @@ fn cases() -> Vec<Case> {
             pads: &[2, 2, 2, 2],
             ..case(&[1, 6, 9, 40], &[6, 1, 5, 5])
         },
+        // Channels not a multiple of 4 over two images: the channels-last VNNI path's padded
+        // copy, with a pointer per kernel row, and per tap where the columns are dilated.
+        // (Indices 12 and 14: weight zero points of 0 and 128, which that path takes.)
+        Case {
+            strides: &[2, 1],
+            pads: &[2, 1, 2, 1],
+            ..case(&[2, 3, 11, 8], &[9, 3, 5, 3])
+        },
         Case {
             pads: &[1, 1, 1, 1],
             ..case(&[1, 64, 14, 14], &[70, 64, 3, 3])
+        },
+        Case {
+            pads: &[1, 2, 0, 1],
+            dilations: &[1, 2],
+            ..case(&[2, 3, 9, 10], &[6, 3, 3, 3])
         },
         // Depthwise with a stride of 3 and asymmetric pads, and dilated with a stride of 2 on
         // odd sizes (the phase split's offsets).
