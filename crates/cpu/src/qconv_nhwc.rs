@@ -636,7 +636,10 @@ impl QConvNhwcKernel {
         let oh = g.output[0];
         let row_bytes = avx512::band_width(self) * self.s.out_channels.next_multiple_of(16) * 4;
         let fit = ((256 << 10) / row_bytes.max(1) / g.strides[0]).max(1);
-        let tasks = 4 * rayon::current_num_threads();
+        // One thread takes the largest bands (each band converts its overlap with the next
+        // again).
+        let threads = rayon::current_num_threads();
+        let tasks = if threads <= 1 { 1 } else { 4 * threads };
         let spread = (self.s.batch * oh).div_ceil(tasks).max(1);
         fit.min(spread).min(oh.max(1))
     }
@@ -814,6 +817,14 @@ mod avx512 {
                     }
                 }
             }
+            // Sums start from the bias where every partial sum stays below 2^24 with it (|x w|
+            // <= 255 * 255 per tap), so f32 holds them exactly: one conversion fewer per
+            // output vector.
+            let bound = (kh * kw) as u64 * 255 * 255;
+            let bias_exact = k
+                .bias
+                .iter()
+                .all(|&b| b.unsigned_abs() as u64 + bound < 1 << 24);
             let (lo, hi) = range(k.y.signed);
             let requant = Requant {
                 lo: _mm512_set1_epi32(lo),
@@ -826,21 +837,34 @@ mod avx512 {
                 for c0 in (0..c).step_by(16) {
                     let n = (c - c0).min(16);
                     let mask: __mmask16 = ((1u32 << n) - 1) as u16;
+                    let bias = _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0));
                     let ch = Channels {
                         cp,
                         mask,
-                        bias: _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0)),
+                        bias,
+                        bias_in_sum: bias_exact.then(|| _mm512_cvtepi32_ps(bias)),
                         scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
                         w: w.as_ptr().add(c0),
                     };
                     let row = band.add(oy * sh * row_len + c0);
                     let mut ox = 0;
+                    let dst = out_row.add(c0);
                     while ox + PIXELS <= ow {
-                        pixels::<PIXELS>(k, &ch, &requant, row, row_len, ox, out_row.add(c0));
+                        pixels::<PIXELS>(k, &ch, &requant, row, row_len, ox, dst);
                         ox += PIXELS;
                     }
-                    for ox in ox..ow {
-                        pixels::<1>(k, &ch, &requant, row, row_len, ox, out_row.add(c0));
+                    // The row's tail (7, 14 and 28 pixels wide layers are common) in blocks
+                    // of 4, 2 and 1.
+                    if ox + 4 <= ow {
+                        pixels::<4>(k, &ch, &requant, row, row_len, ox, dst);
+                        ox += 4;
+                    }
+                    if ox + 2 <= ow {
+                        pixels::<2>(k, &ch, &requant, row, row_len, ox, dst);
+                        ox += 2;
+                    }
+                    if ox < ow {
+                        pixels::<1>(k, &ch, &requant, row, row_len, ox, dst);
                     }
                 }
             }
@@ -856,6 +880,8 @@ mod avx512 {
         cp: usize,
         mask: __mmask16,
         bias: __m512i,
+        /// The bias as f32, where the sums start from it exactly (see `depthwise_band`).
+        bias_in_sum: Option<__m512>,
         scale: __m512,
         w: *const f32,
     }
@@ -887,7 +913,7 @@ mod avx512 {
         let step = g.strides[1] * cp;
         // Integer-valued f32 products and sums stay below 2^24 (|x w| < 2^16, at most 256
         // taps), where f32 is exact: FMA gives the integer sum.
-        let mut sum = [_mm512_setzero_ps(); N];
+        let mut sum = [ch.bias_in_sum.unwrap_or(_mm512_setzero_ps()); N];
         for ki in 0..kh {
             let r = row.add(ki * dh * row_len + ox * step);
             for kj in 0..kw {
@@ -901,8 +927,11 @@ mod avx512 {
         let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
         let c = k.s.out_channels;
         for (j, s) in sum.iter().enumerate() {
-            let acc = _mm512_add_epi32(_mm512_cvtps_epi32(*s), ch.bias);
-            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), ch.scale);
+            let acc = match ch.bias_in_sum {
+                Some(_) => *s,
+                None => _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(*s), ch.bias)),
+            };
+            let f = _mm512_mul_ps(acc, ch.scale);
             let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
             // Rounds half to even (the default rounding mode).
             let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), q.zero);
