@@ -634,7 +634,8 @@ impl QConvNhwcKernel {
     fn depthwise_band_rows(&self) -> usize {
         let g = &self.s.geometry;
         let oh = g.output[0];
-        let row_bytes = avx512::band_width(self) * self.s.out_channels.next_multiple_of(16) * 4;
+        // A band holds sixteen channels at a time.
+        let row_bytes = avx512::band_width(self) * 16 * 4;
         let fit = ((256 << 10) / row_bytes.max(1) / g.strides[0]).max(1);
         // One thread takes the largest bands (each band converts its overlap with the next
         // again).
@@ -729,7 +730,8 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     thread_local! {
-        /// A depthwise band's input rows, `x - x_zero` as f32 with the padding as 0.
+        /// A depthwise band's input rows for sixteen channels, `x - x_zero` as f32 with the
+        /// padding as 0.
         static BAND: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     }
 
@@ -740,9 +742,10 @@ mod avx512 {
     }
 
     /// Output rows `first..` of image `b` (as many as `out` holds) of a depthwise
-    /// convolution. The band's input rows are converted once to `x - x_zero` in f32, padded
-    /// with zeros, so that every output vector of sixteen channels is one FMA per tap, the
-    /// weights' vector read from L1, then the bias and the requantization in registers.
+    /// convolution, sixteen channels at a time: the band's input rows for those channels are
+    /// converted to `x - x_zero` in f32, padded with zeros, into one contiguous buffer (the
+    /// `kh` rows an output row reads stay in L1 as the rows go down), so that every output
+    /// vector is one FMA per tap, then the bias and the requantization in registers.
     ///
     /// # Safety
     /// The CPU has AVX-512 F/BW/VL; `out` holds whole output rows of image `b`; `w` is the
@@ -774,49 +777,12 @@ mod avx512 {
         let band_h = (rows - 1) * sh + (kh - 1) * dh + 1;
         let width = band_width(k);
         let left = g.pad_begin[1];
-        let row_len = width * cp;
+        // A band row: the padded input row's pixels, sixteen channels each.
+        let row_len = width * 16;
         BAND.with_borrow_mut(|buf| {
             // Every element is written below: zeros for the padding, the input for the rest.
             buf.resize(band_h * row_len, 0.0);
             let zero = _mm512_set1_epi32(k.x.zero[0]);
-            let convert = |bytes: __m128i| {
-                let v = if k.x.signed {
-                    _mm512_cvtepi8_epi32(bytes)
-                } else {
-                    _mm512_cvtepu8_epi32(bytes)
-                };
-                _mm512_cvtepi32_ps(_mm512_sub_epi32(v, zero))
-            };
-            for (r, dst) in buf[..band_h * row_len]
-                .chunks_exact_mut(row_len)
-                .enumerate()
-            {
-                let iy = top + r as isize;
-                if iy < 0 || iy >= ih as isize {
-                    dst.fill(0.0);
-                    continue;
-                }
-                dst[..left * cp].fill(0.0);
-                dst[(left + iw) * cp..].fill(0.0);
-                let src = &image[iy as usize * iw * c..][..iw * c];
-                let d = dst.as_mut_ptr().add(left * cp);
-                if c == cp {
-                    // Whole vectors of channels: the row converts as one run.
-                    for i in (0..iw * c).step_by(16) {
-                        let bytes = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
-                        _mm512_storeu_ps(d.add(i), convert(bytes));
-                    }
-                    continue;
-                }
-                for (ix, px) in src.chunks_exact(c).enumerate() {
-                    for c0 in (0..c).step_by(16) {
-                        let mask: __mmask16 = ((1u32 << (c - c0).min(16)) - 1) as u16;
-                        let bytes = _mm_maskz_loadu_epi8(mask, px.as_ptr().add(c0) as *const i8);
-                        // The lanes past C hold `-x_zero`, read with weights of 0.
-                        _mm512_storeu_ps(d.add(ix * cp + c0), convert(bytes));
-                    }
-                }
-            }
             // Sums start from the bias where every partial sum stays below 2^24 with it (|x w|
             // <= 255 * 255 per tap), so f32 holds them exactly: one conversion fewer per
             // output vector.
@@ -832,23 +798,43 @@ mod avx512 {
                 zero: _mm512_set1_epi32(k.y.zero[0]),
             };
             let band = buf.as_ptr();
-            for oy in 0..rows {
-                let out_row = out.as_mut_ptr().add(oy * ow * c);
-                for c0 in (0..c).step_by(16) {
-                    let n = (c - c0).min(16);
-                    let mask: __mmask16 = ((1u32 << n) - 1) as u16;
-                    let bias = _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0));
-                    let ch = Channels {
-                        cp,
-                        mask,
-                        bias,
-                        bias_in_sum: bias_exact.then(|| _mm512_cvtepi32_ps(bias)),
-                        scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
-                        w: w.as_ptr().add(c0),
-                    };
-                    let row = band.add(oy * sh * row_len + c0);
+            for c0 in (0..c).step_by(16) {
+                let n = (c - c0).min(16);
+                let mask: __mmask16 = ((1u32 << n) - 1) as u16;
+                // The band's rows for these sixteen channels, contiguous: the output rows'
+                // sliding window of `kh` input rows stays in L1 as the rows go down.
+                for (r, dst) in buf[..band_h * row_len]
+                    .chunks_exact_mut(row_len)
+                    .enumerate()
+                {
+                    let iy = top + r as isize;
+                    if iy < 0 || iy >= ih as isize {
+                        dst.fill(0.0);
+                        continue;
+                    }
+                    dst[..left * 16].fill(0.0);
+                    dst[(left + iw) * 16..].fill(0.0);
+                    let src = image[iy as usize * iw * c..][..iw * c].as_ptr().add(c0);
+                    let d = dst.as_mut_ptr().add(left * 16);
+                    if k.x.signed {
+                        convert_row::<true>((src, c, mask, zero), iw, d);
+                    } else {
+                        convert_row::<false>((src, c, mask, zero), iw, d);
+                    }
+                }
+                let bias = _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0));
+                let ch = Channels {
+                    w_stride: cp,
+                    mask,
+                    bias,
+                    bias_in_sum: bias_exact.then(|| _mm512_cvtepi32_ps(bias)),
+                    scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
+                    w: w.as_ptr().add(c0),
+                };
+                for oy in 0..rows {
+                    let dst = out.as_mut_ptr().add(oy * ow * c + c0);
+                    let row = band.add(oy * sh * row_len);
                     let mut ox = 0;
-                    let dst = out_row.add(c0);
                     while ox + PIXELS <= ow {
                         pixels::<PIXELS>(k, &ch, &requant, row, row_len, ox, dst);
                         ox += PIXELS;
@@ -871,13 +857,36 @@ mod avx512 {
         });
     }
 
-    /// Output pixels per step: independent sums that hide the FMA's latency.
     const PIXELS: usize = 8;
 
+    /// `x - x_zero` as f32 for `pixels` input pixels (`c` bytes apart from `src`), sixteen
+    /// channels each (those outside `mask` read as 0, giving `-x_zero`, which meets weights of
+    /// 0), into `dst`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn convert_row<const SIGNED: bool>(
+        (src, c, mask, zero): (*const u8, usize, __mmask16, __m512i),
+        pixels: usize,
+        dst: *mut f32,
+    ) {
+        for ix in 0..pixels {
+            let bytes = _mm_maskz_loadu_epi8(mask, src.add(ix * c) as *const i8);
+            let v = if SIGNED {
+                _mm512_cvtepi8_epi32(bytes)
+            } else {
+                _mm512_cvtepu8_epi32(bytes)
+            };
+            _mm512_storeu_ps(
+                dst.add(ix * 16),
+                _mm512_cvtepi32_ps(_mm512_sub_epi32(v, zero)),
+            );
+        }
+    }
+
     /// Sixteen channels' constants: which are real, their bias and scale, and their weights
-    /// (`w[t * cp + ..]`, `cp` being C rounded up to 16, the band's pixel stride).
+    /// (`w[t * w_stride + ..]`, `w_stride` being C rounded up to 16).
     struct Channels {
-        cp: usize,
+        w_stride: usize,
         mask: __mmask16,
         bias: __m512i,
         /// The bias as f32, where the sums start from it exactly (see `depthwise_band`).
@@ -909,16 +918,16 @@ mod avx512 {
         let g = &k.s.geometry;
         let (kh, kw) = (g.kernel[0], g.kernel[1]);
         let (dh, dw) = (g.dilations[0], g.dilations[1]);
-        let cp = ch.cp;
-        let step = g.strides[1] * cp;
+        // A band pixel is sixteen channels.
+        let step = g.strides[1] * 16;
         // Integer-valued f32 products and sums stay below 2^24 (|x w| < 2^16, at most 256
         // taps), where f32 is exact: FMA gives the integer sum.
         let mut sum = [ch.bias_in_sum.unwrap_or(_mm512_setzero_ps()); N];
         for ki in 0..kh {
             let r = row.add(ki * dh * row_len + ox * step);
             for kj in 0..kw {
-                let wv = _mm512_loadu_ps(ch.w.add((ki * kw + kj) * cp));
-                let x = r.add(kj * dw * cp);
+                let wv = _mm512_loadu_ps(ch.w.add((ki * kw + kj) * ch.w_stride));
+                let x = r.add(kj * dw * 16);
                 for (j, s) in sum.iter_mut().enumerate() {
                     *s = _mm512_fmadd_ps(_mm512_loadu_ps(x.add(j * step)), wv, *s);
                 }
