@@ -537,12 +537,7 @@ mod avx512 {
     ) {
         let n = sum.len().min(out.len());
         let (b, s) = (_mm512_set1_ps(bias as f32), _mm512_set1_ps(mult));
-        let (zero, lo, hi) = (
-            _mm512_set1_epi32(q.0),
-            _mm512_set1_epi32(q.1),
-            _mm512_set1_epi32(q.2),
-        );
-        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+        let narrow = crate::qgemm::x86::Narrow::new(q.0, q.1, q.2);
         let mut i = 0;
         while i < n {
             let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
@@ -555,11 +550,7 @@ mod avx512 {
                     _mm512_maskz_loadu_ps(m, sum.as_ptr().add(i))
                 };
                 let f = _mm512_mul_ps(_mm512_add_ps(a, b), s);
-                let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
-                let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero);
-                let v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-                // The clamped value's low byte is the u8, or the i8's bits.
-                let (dst, bytes) = (out.as_mut_ptr().add(i), _mm512_cvtepi32_epi8(v));
+                let (dst, bytes) = (out.as_mut_ptr().add(i), narrow.bytes(f));
                 if i + 16 <= n {
                     _mm_storeu_si128(dst as *mut __m128i, bytes);
                 } else {

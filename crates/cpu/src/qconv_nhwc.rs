@@ -727,6 +727,7 @@ fn depthwise_pixel_body(
 mod avx512 {
     use super::QConvNhwcKernel;
     use crate::qconv::range;
+    use crate::qgemm::x86::Narrow;
     use std::arch::x86_64::*;
 
     thread_local! {
@@ -792,11 +793,7 @@ mod avx512 {
                 .iter()
                 .all(|&b| b.unsigned_abs() as u64 + bound < 1 << 24);
             let (lo, hi) = range(k.y.signed);
-            let requant = Requant {
-                lo: _mm512_set1_epi32(lo),
-                hi: _mm512_set1_epi32(hi),
-                zero: _mm512_set1_epi32(k.y.zero[0]),
-            };
+            let narrow = Narrow::new(k.y.zero[0], lo, hi);
             let band = buf.as_ptr();
             for c0 in (0..c).step_by(16) {
                 let n = (c - c0).min(16);
@@ -836,21 +833,21 @@ mod avx512 {
                     let row = band.add(oy * sh * row_len);
                     let mut ox = 0;
                     while ox + PIXELS <= ow {
-                        pixels::<PIXELS>(k, &ch, &requant, row, row_len, ox, dst);
+                        pixels::<PIXELS>(k, &ch, narrow, row, row_len, ox, dst);
                         ox += PIXELS;
                     }
                     // The row's tail (7, 14 and 28 pixels wide layers are common) in blocks
                     // of 4, 2 and 1.
                     if ox + 4 <= ow {
-                        pixels::<4>(k, &ch, &requant, row, row_len, ox, dst);
+                        pixels::<4>(k, &ch, narrow, row, row_len, ox, dst);
                         ox += 4;
                     }
                     if ox + 2 <= ow {
-                        pixels::<2>(k, &ch, &requant, row, row_len, ox, dst);
+                        pixels::<2>(k, &ch, narrow, row, row_len, ox, dst);
                         ox += 2;
                     }
                     if ox < ow {
-                        pixels::<1>(k, &ch, &requant, row, row_len, ox, dst);
+                        pixels::<1>(k, &ch, narrow, row, row_len, ox, dst);
                     }
                 }
             }
@@ -895,13 +892,6 @@ mod avx512 {
         w: *const f32,
     }
 
-    /// The output range and zero point.
-    struct Requant {
-        lo: __m512i,
-        hi: __m512i,
-        zero: __m512i,
-    }
-
     /// Output pixels `ox..ox + N` of one row, sixteen channels: `row` is the band's first
     /// input row of the output row at the channels' offset, `out` the output row there.
     #[inline]
@@ -909,7 +899,7 @@ mod avx512 {
     unsafe fn pixels<const N: usize>(
         k: &QConvNhwcKernel,
         ch: &Channels,
-        q: &Requant,
+        narrow: Narrow,
         row: *const f32,
         row_len: usize,
         ox: usize,
@@ -933,20 +923,14 @@ mod avx512 {
                 }
             }
         }
-        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
         let c = k.s.out_channels;
         for (j, s) in sum.iter().enumerate() {
             let acc = match ch.bias_in_sum {
                 Some(_) => *s,
                 None => _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(*s), ch.bias)),
             };
-            let f = _mm512_mul_ps(acc, ch.scale);
-            let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
-            // Rounds half to even (the default rounding mode).
-            let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), q.zero);
-            let v = _mm512_min_epi32(_mm512_max_epi32(v, q.lo), q.hi);
             let dst = out.add((ox + j) * c) as *mut i8;
-            _mm_mask_storeu_epi8(dst, ch.mask, _mm512_cvtepi32_epi8(v));
+            _mm_mask_storeu_epi8(dst, ch.mask, narrow.bytes(_mm512_mul_ps(acc, ch.scale)));
         }
     }
 }

@@ -7,6 +7,40 @@ pub const AVX2_MR: usize = 6;
 pub const AVX2_NR: usize = 16;
 pub const AVX_VNNI_MR: usize = 6;
 pub const AVX_VNNI_NR: usize = 16;
+/// Scaled values to output bytes: clamped to `[lo, hi]` less the zero point while still f32
+/// (the bounds are integers, so clamping before rounding gives the rounded value clamped,
+/// and keeps the conversion in range), rounded half to even (the default rounding mode), the
+/// zero point added, narrowed to their low bytes (the u8, or the i8's bits).
+#[derive(Clone, Copy)]
+pub(crate) struct Narrow {
+    lo: __m512,
+    hi: __m512,
+    zero: __m512i,
+}
+
+impl Narrow {
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn new(zero: i32, lo: i32, hi: i32) -> Narrow {
+        Narrow {
+            lo: _mm512_set1_ps((lo - zero) as f32),
+            hi: _mm512_set1_ps((hi - zero) as f32),
+            zero: _mm512_set1_epi32(zero),
+        }
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn bytes(self, scaled: __m512) -> __m128i {
+        let f = _mm512_min_ps(_mm512_max_ps(scaled, self.lo), self.hi);
+        _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), self.zero))
+    }
+}
+
 pub const VNNI_MR: usize = 8;
 pub const VNNI_NR: usize = 32;
 
@@ -152,13 +186,7 @@ unsafe fn tile_vnni_quantized_impl<const ROWS_SIGNED: bool>(
     q: &QuantizedTile,
 ) {
     let acc = products_vnni::<ROWS_SIGNED>(rows, panel, kq);
-    let (zero, lo, hi) = (
-        _mm512_set1_epi32(q.zero),
-        _mm512_set1_epi32(q.lo),
-        _mm512_set1_epi32(q.hi),
-    );
-    // Past 2^22 the result saturates anyway; clamping first keeps the conversion in range.
-    let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+    let narrow = Narrow::new(q.zero, q.lo, q.hi);
     let masks: [__mmask16; 2] = [
         ((1u32 << q.cols.min(16)) - 1) as u16,
         ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
@@ -167,13 +195,8 @@ unsafe fn tile_vnni_quantized_impl<const ROWS_SIGNED: bool>(
         let (add, scale) = (_mm512_set1_epi32(q.add[r]), _mm512_set1_ps(q.scale[r]));
         for (h, &v) in acc.iter().enumerate() {
             let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, add)), scale);
-            let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
-            // Rounds half to even (the default rounding mode).
-            let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero);
-            let v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-            // The clamped value's low byte is the u8, or the i8's bits.
             let out = q.dst.add(r * q.ldc + 16 * h) as *mut i8;
-            _mm_mask_storeu_epi8(out, masks[h], _mm512_cvtepi32_epi8(v));
+            _mm_mask_storeu_epi8(out, masks[h], narrow.bytes(f));
         }
     }
 }
@@ -237,13 +260,7 @@ unsafe fn tile_vnni_indirect_impl(r: &IndirectRows, panel: *const u8, q: &Column
             }
         }
     }
-    let (zero, lo, hi) = (
-        _mm512_set1_epi32(q.zero),
-        _mm512_set1_epi32(q.lo),
-        _mm512_set1_epi32(q.hi),
-    );
-    // Past 2^22 the result saturates anyway; clamping first keeps the conversion in range.
-    let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
+    let narrow = Narrow::new(q.zero, q.lo, q.hi);
     let masks: [__mmask16; 2] = [
         ((1u32 << q.cols.min(16)) - 1) as u16,
         ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
@@ -262,12 +279,8 @@ unsafe fn tile_vnni_indirect_impl(r: &IndirectRows, panel: *const u8, q: &Column
                 _mm512_cvtepi32_ps(_mm512_add_epi32(acc[h], add[h])),
                 scale[h],
             );
-            let f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
-            // Rounds half to even (the default rounding mode).
-            let v = _mm512_add_epi32(_mm512_cvtps_epi32(f), zero);
-            let v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
             let out = q.dst.add(i * q.ldc + 16 * h) as *mut i8;
-            _mm_mask_storeu_epi8(out, masks[h], _mm512_cvtepi32_epi8(v));
+            _mm_mask_storeu_epi8(out, masks[h], narrow.bytes(f));
         }
     }
 }
