@@ -237,26 +237,44 @@ pub struct ColumnQuantized<'a> {
 pub unsafe fn tile_vnni_indirect(r: &IndirectRows, panel: &[u8], q: &ColumnQuantized) {
     assert!(r.ptrs.len() >= VNNI_MR * r.taps && panel.len() >= r.taps * r.quads * VNNI_NR * 4);
     assert!(q.rows <= VNNI_MR && q.cols <= VNNI_NR);
-    // SAFETY: as the caller vouches.
-    unsafe { tile_vnni_indirect_impl(r, panel.as_ptr(), q) }
+    // SAFETY: as the caller vouches. A panel's last 16 columns are skipped where none of them
+    // is stored (an output of 16 or 48 channels): half the products.
+    unsafe {
+        match (q.cols <= 16, r.flip != 0) {
+            (false, false) => tile_vnni_indirect_impl::<2, false>(r, panel.as_ptr(), q),
+            (false, true) => tile_vnni_indirect_impl::<2, true>(r, panel.as_ptr(), q),
+            (true, false) => tile_vnni_indirect_impl::<1, false>(r, panel.as_ptr(), q),
+            (true, true) => tile_vnni_indirect_impl::<1, true>(r, panel.as_ptr(), q),
+        }
+    }
 }
 
+/// The tile over the panel's first `HALVES` sixteen-column halves; `FLIP`: the rows' bytes
+/// are flipped by `r.flip` first.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile_vnni_indirect_impl(r: &IndirectRows, panel: *const u8, q: &ColumnQuantized) {
-    let mut acc = [[_mm512_setzero_si512(); 2]; VNNI_MR];
+unsafe fn tile_vnni_indirect_impl<const HALVES: usize, const FLIP: bool>(
+    r: &IndirectRows,
+    panel: *const u8,
+    q: &ColumnQuantized,
+) {
+    let mut acc = [[_mm512_setzero_si512(); HALVES]; VNNI_MR];
     let flip = _mm512_set1_epi8(r.flip as i8);
     let mut pp = panel;
     for t in 0..r.taps {
         let rows: [*const u8; VNNI_MR] = std::array::from_fn(|i| r.ptrs[i * r.taps + t]);
         for quad in 0..r.quads {
-            let b0 = _mm512_loadu_si512(pp as *const __m512i);
-            let b1 = _mm512_loadu_si512(pp.add(64) as *const __m512i);
+            let b: [__m512i; HALVES] =
+                std::array::from_fn(|h| _mm512_loadu_si512(pp.add(64 * h) as *const __m512i));
             pp = pp.add(VNNI_NR * 4);
             for (row, acc) in rows.iter().zip(acc.iter_mut()) {
                 let word = (row.add(4 * quad) as *const i32).read_unaligned();
-                let a = _mm512_xor_si512(_mm512_set1_epi32(word), flip);
-                acc[0] = _mm512_dpbusd_epi32(acc[0], a, b0);
-                acc[1] = _mm512_dpbusd_epi32(acc[1], a, b1);
+                let mut a = _mm512_set1_epi32(word);
+                if FLIP {
+                    a = _mm512_xor_si512(a, flip);
+                }
+                for (acc, b) in acc.iter_mut().zip(&b) {
+                    *acc = _mm512_dpbusd_epi32(*acc, a, *b);
+                }
             }
         }
     }
@@ -265,16 +283,12 @@ unsafe fn tile_vnni_indirect_impl(r: &IndirectRows, panel: *const u8, q: &Column
         ((1u32 << q.cols.min(16)) - 1) as u16,
         ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
     ];
-    let add = [
-        _mm512_loadu_si512(q.add.as_ptr() as *const __m512i),
-        _mm512_loadu_si512(q.add.as_ptr().add(16) as *const __m512i),
-    ];
-    let scale = [
-        _mm512_loadu_ps(q.scale.as_ptr()),
-        _mm512_loadu_ps(q.scale.as_ptr().add(16)),
-    ];
+    let add: [__m512i; HALVES] =
+        std::array::from_fn(|h| _mm512_loadu_si512(q.add.as_ptr().add(16 * h) as *const __m512i));
+    let scale: [__m512; HALVES] =
+        std::array::from_fn(|h| _mm512_loadu_ps(q.scale.as_ptr().add(16 * h)));
     for (i, acc) in acc.iter().enumerate().take(q.rows) {
-        for h in 0..2 {
+        for h in 0..HALVES {
             let f = _mm512_mul_ps(
                 _mm512_cvtepi32_ps(_mm512_add_epi32(acc[h], add[h])),
                 scale[h],
