@@ -10,8 +10,10 @@
 //!   (group 1 or depthwise); its input gets a twin by a Transpose when it has none;
 //! - int8 MaxPool (2-D, without indices) on a twin;
 //! - QLinearConcat over the channel axis of twins (then over their last axis);
-//! - QLinearAdd and QLinearMul whose two operands have twins of the output's shape (element
-//!   by element, the layout does not matter).
+//! - element-wise ops whose every operand is a twin of the output's shape or a single value:
+//!   QLinearAdd and QLinearMul, and a QDQ model's per-tensor DequantizeLinear, float Add and
+//!   QuantizeLinear around its residual connections (element by element, the layout does not
+//!   matter).
 //!
 //! Any other reader of a value that only exists channels-last gets a Transpose back in front;
 //! graph outputs keep their plain values.
@@ -20,11 +22,11 @@ use crate::layout_pass::rewrite_with_twins;
 use crate::{qconv_nhwc, qpool_nhwc};
 use ferrolite_core::ops::layout::{Nhwc, FROM_NHWC, TO_NHWC};
 use ferrolite_core::ops::nn::pool::Pool;
-use ferrolite_core::ops::quant::{QLinearAdd, QLinearConcat, QLinearConv, QLinearMul};
+use ferrolite_core::ops::quant::{QLinearConcat, QLinearConv};
 use ferrolite_core::ops::shape::transpose::Transpose;
 use ferrolite_core::passes::rewrite::{constant, info, input};
 use ferrolite_core::passes::Pass;
-use ferrolite_core::{DType, Graph, Node, Result, TensorInfo, ValueId};
+use ferrolite_core::{DType, Graph, Node, Op, Result, TensorInfo, ValueId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -103,6 +105,21 @@ fn add_twin(g: &mut Graph, v: ValueId) -> Option<ValueId> {
     Some(t)
 }
 
+/// The element-wise ops that run on channels-last twins unchanged, when every operand is a
+/// twin of the output's shape or a single value (a per-tensor scale or zero point).
+const ELEMENTWISE: [&str; 10] = [
+    "QLinearAdd",
+    "QLinearMul",
+    "DequantizeLinear",
+    "QuantizeLinear",
+    "Add",
+    "Mul",
+    "Sub",
+    "Relu",
+    "Clip",
+    "Sigmoid",
+];
+
 /// Whether `v` is a 4-D 8-bit tensor.
 fn int8_4d(g: &Graph, v: ValueId) -> Option<&TensorInfo> {
     let i = info(g, v)?;
@@ -118,10 +135,40 @@ fn convert(
     node: &Node,
     y: ValueId,
 ) -> Option<Node> {
-    int8_4d(g, y)?;
     let op = node.op.as_any();
     let mut inputs = node.inputs.clone();
-    let new_op = if let Some(conv) = op.downcast_ref::<QLinearConv>() {
+    if ELEMENTWISE.contains(&node.op.name()) {
+        let y_shape = info(g, y)?.shape.clone();
+        if y_shape.len() != 4 {
+            return None;
+        }
+        let mut any = false;
+        for (slot, v) in node.inputs.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            let i = info(g, v)?;
+            if i.shape.iter().product::<usize>() == 1 {
+                continue;
+            }
+            if i.shape != y_shape {
+                return None;
+            }
+            inputs[slot] = Some(*twin.get(&v)?);
+            any = true;
+        }
+        if !any {
+            return None;
+        }
+        let yt = add_twin(g, y)?;
+        twin.insert(y, yt);
+        return Some(Node {
+            name: node.name.clone(),
+            op: node.op.clone(),
+            inputs,
+            outputs: vec![yt],
+        });
+    }
+    int8_4d(g, y)?;
+    let new_op: Arc<dyn Op> = if let Some(conv) = op.downcast_ref::<QLinearConv>() {
         let x = input(node, 0)?;
         let x_shape = int8_4d(g, x)?.shape.clone();
         let w = constant(g, input(node, 3)?)?;
@@ -164,16 +211,6 @@ fn convert(
             inputs[slot] = Some(*twin.get(&input(node, slot)?)?);
         }
         Arc::new(QLinearConcat { axis: 3 })
-    } else if op.is::<QLinearAdd>() || op.is::<QLinearMul>() {
-        let y_shape = info(g, y)?.shape.clone();
-        for slot in [0, 3] {
-            let v = input(node, slot)?;
-            if info(g, v)?.shape != y_shape {
-                return None;
-            }
-            inputs[slot] = Some(*twin.get(&v)?);
-        }
-        node.op.clone()
     } else {
         return None;
     };
@@ -191,8 +228,10 @@ fn convert(
 mod tests {
     use super::*;
     use crate::CpuBackend;
+    use ferrolite_core::ops::elementwise::{Binary, BinaryKind};
     use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
     use ferrolite_core::ops::nn::pool::PoolKind;
+    use ferrolite_core::ops::quant::{DequantizeLinear, QLinearAdd, QuantizeLinear};
     use ferrolite_core::passes::{optimize, session_pipeline};
     use ferrolite_core::plan::{Backend, Plan};
     use ferrolite_core::Tensor;
@@ -228,9 +267,10 @@ mod tests {
         g.add_op(name, Arc::new(op), inputs, 1).unwrap()[0]
     }
 
-    /// `convs` QLinearConvs on a `[1, 8, 10, 10]` u8 input, with a QLinearAdd skip over the
-    /// second and third and an int8 MaxPool after the fourth.
-    fn net(convs: usize) -> Graph {
+    /// `convs` QLinearConvs on a `[1, 8, 10, 10]` u8 input, with a skip over the second and
+    /// third (a QLinearAdd, or with `qdq` a QDQ model's DequantizeLinear -> float Add ->
+    /// QuantizeLinear) and an int8 MaxPool after the fourth.
+    fn net(convs: usize, qdq: bool) -> Graph {
         let mut g = Graph::new();
         let x = g.add_value("x");
         g.inputs.push(x);
@@ -241,8 +281,22 @@ mod tests {
             if i == 2 {
                 let s = g.add_constant("add.s", Tensor::scalar(0.1f32));
                 let z = g.add_constant("add.z", Tensor::scalar(128u8));
-                let inputs = [y, s, z, skip, s, z, s, z].map(Some).to_vec();
-                y = g.add_op("add", Arc::new(QLinearAdd), inputs, 1).unwrap()[0];
+                if qdq {
+                    let dq = |g: &mut Graph, name: &str, v| {
+                        let op = Arc::new(DequantizeLinear::default());
+                        g.add_op(name, op, vec![Some(v), Some(s), Some(z)], 1)
+                            .unwrap()[0]
+                    };
+                    let (a, b) = (dq(&mut g, "dq.y", y), dq(&mut g, "dq.skip", skip));
+                    let add = Arc::new(Binary::new(BinaryKind::Add));
+                    let sum = g.add_op("add", add, vec![Some(a), Some(b)], 1).unwrap()[0];
+                    let q = Arc::new(QuantizeLinear::default());
+                    let inputs = vec![Some(sum), Some(s), Some(z)];
+                    y = g.add_op("q", q, inputs, 1).unwrap()[0];
+                } else {
+                    let inputs = [y, s, z, skip, s, z, s, z].map(Some).to_vec();
+                    y = g.add_op("add", Arc::new(QLinearAdd), inputs, 1).unwrap()[0];
+                }
                 skip = y;
             }
             if i == 3 {
@@ -275,14 +329,29 @@ mod tests {
 
     #[test]
     fn runs_long_int8_regions_channels_last() {
-        let g = net(8);
-        let (ops, got) = optimized(&g, &[]);
-        let first_last = (ops.first().unwrap().as_str(), ops.last().unwrap().as_str());
-        assert_eq!(first_last, ("Transpose", "Transpose"), "{ops:?}");
-        assert_eq!(ops.iter().filter(|o| *o == "NhwcQLinearConv").count(), 8);
-        assert!(ops.iter().any(|o| o == "NhwcMaxPool"), "{ops:?}");
-        assert!(ops.iter().any(|o| o == "QLinearAdd"), "{ops:?}");
-        let (plain_ops, want) = optimized(&g, &["layout-nhwc-int8"]);
+        for qdq in [false, true] {
+            let g = net(8, qdq);
+            let (ops, got) = optimized(&g, &[]);
+            // The residual add (either form) stays inside the region: one Transpose at each
+            // end only.
+            assert_eq!(
+                ops.iter().filter(|o| *o == "Transpose").count(),
+                2,
+                "{ops:?}"
+            );
+            let first_last = (ops.first().unwrap().as_str(), ops.last().unwrap().as_str());
+            assert_eq!(first_last, ("Transpose", "Transpose"), "{ops:?}");
+            assert_eq!(ops.iter().filter(|o| *o == "NhwcQLinearConv").count(), 8);
+            assert!(ops.iter().any(|o| o == "NhwcMaxPool"), "{ops:?}");
+            let add = if qdq { "Add" } else { "QLinearAdd" };
+            assert!(ops.iter().any(|o| o == add), "{ops:?}");
+            same_as_plain(&g, got);
+        }
+    }
+
+    /// `got` equals the graph's output without the pass.
+    fn same_as_plain(g: &Graph, got: Tensor) {
+        let (plain_ops, want) = optimized(g, &["layout-nhwc-int8"]);
         assert!(plain_ops.iter().all(|o| !o.starts_with("Nhwc")));
         assert_eq!(got.shape(), want.shape());
         let (a, b) = (got.to_i64_vec(), want.to_i64_vec());
@@ -297,7 +366,7 @@ mod tests {
     #[test]
     fn leaves_short_regions_plain() {
         // Three convolutions between two Transposes would not pay for them.
-        let (ops, _) = optimized(&net(3), &[]);
+        let (ops, _) = optimized(&net(3, false), &[]);
         assert!(ops.iter().all(|o| !o.starts_with("Nhwc")), "{ops:?}");
         assert!(ops.iter().all(|o| o != "Transpose"), "{ops:?}");
     }
