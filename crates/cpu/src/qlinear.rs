@@ -382,6 +382,111 @@ impl QAddKernel {
     }
 }
 
+/// QLinearMul on AVX-512 over operands of one shape or one per channel: the reference's own
+/// arithmetic (`(a - za) (b - zb)` exact in i32, times the scale ratio, plus C's zero point,
+/// rounded half to even) sixteen lanes at a time. The 64 KiB table it replaces missed L1 on
+/// most lookups (mobilenet_v3_small_qop's 28 multiplies were a third of its run).
+#[derive(Debug)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct QMulKernel {
+    signed: bool,
+    /// A's and B's zero points.
+    zero: (i32, i32),
+    /// `A_scale * B_scale / C_scale`, as the reference computes it.
+    ratio: f32,
+    c_zero: f32,
+    pairing: Pairing,
+    out_len: usize,
+}
+
+fn qmul_kernel(r: &KernelRequest, isa: Isa) -> Result<QMulKernel, String> {
+    if !isa.has_avx512() {
+        return Err("needs AVX-512".into());
+    }
+    let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
+    let dc = r.outputs.first().ok_or("needs an output")?.dtype;
+    if da != db || dc != da {
+        return Err("needs operands and output of one 8-bit type".into());
+    }
+    let qa = qparams(r, da, 1, 2, 1)?;
+    let qb = qparams(r, db, 4, 5, 1)?;
+    let qc = qparams(r, dc, 6, 7, 1)?;
+    if [&qa, &qb, &qc]
+        .iter()
+        .any(|q| q.scale.len() != 1 || q.zero.len() != 1)
+    {
+        return Err("needs per-tensor scales and zero points".into());
+    }
+    let (pairing, out_len) = pairing(r, true)?;
+    if matches!(pairing, Pairing::Scalar { .. }) {
+        return Err("a single-value operand reads one row of the table".into());
+    }
+    Ok(QMulKernel {
+        signed: qa.signed,
+        zero: (qa.zero[0], qb.zero[0]),
+        ratio: qa.scale[0] * qb.scale[0] / qc.scale[0],
+        c_zero: qc.zero[0] as f32,
+        pairing,
+        out_len,
+    })
+}
+
+impl Kernel for QMulKernel {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let a = required(inputs, 0)?.bytes();
+        let b = required(inputs, 3)?.bytes();
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        let n = self.out_len;
+        op_ensure!(y.byte_len() == n, "output size differs from the plan");
+        let (za, zb) = self.zero;
+        // `full` is read element by element, `part` one value per plane of `plane` elements
+        // (or element by element too, with planes of one).
+        let (full, zf, part, zp, plane) = match self.pairing {
+            Pairing::PerPlane {
+                plane,
+                a_per_plane: true,
+            } => (b, zb, a, za, plane),
+            Pairing::PerPlane { plane, .. } => (a, za, b, zb, plane),
+            _ => (a, za, b, zb, 1),
+        };
+        let plane = plane.max(1);
+        op_ensure!(
+            full.len() == n && part.len() * plane == n,
+            "input sizes differ from the plan"
+        );
+        // Whole planes per task, at least a chunk's worth.
+        let per = if plane == 1 {
+            CHUNK
+        } else {
+            CHUNK.div_ceil(plane) * plane
+        };
+        let y = y.bytes_mut();
+        let task = |(i, (x, out)): (usize, (&[u8], &mut [u8]))| {
+            let first = i * per;
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the kernel exists only in AVX-512 sessions (`qmul_kernel`), on CPUs with
+            // AVX-512 F/BW/VL; `x` and `out` have one length, and `part` holds a value for
+            // each of their elements' planes.
+            unsafe {
+                x86_mul::mul_avx512(self, (x, zf), (&part[first / plane..], zp), plane, out)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (first, x, out);
+        };
+        full.par_chunks(per)
+            .zip(y.par_chunks_mut(per))
+            .enumerate()
+            .for_each(task);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.qmul.simd"
+    }
+}
+
 /// One chunk's constants (read by the x86 code only; elsewhere the table kernel runs).
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -412,6 +517,74 @@ impl AddArgs {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (x, y, out);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86_mul {
+    use super::QMulKernel;
+    use std::arch::x86_64::*;
+
+    /// `out[i] = clamp(round((x[i] - zx) * (y - zy) * ratio + c_zero))`, `y` being `y[i]`
+    /// with planes of one, else the value of element `i`'s plane.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL; `x` and `out` have one length; `y` holds a value per
+    /// plane of `plane` elements of `x`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn mul_avx512(
+        k: &QMulKernel,
+        (x, zx): (&[u8], i32),
+        (y, zy): (&[u8], i32),
+        plane: usize,
+        out: &mut [u8],
+    ) {
+        let n = out.len();
+        assert!(x.len() == n && y.len() * plane >= n);
+        let (ratio, c) = (_mm512_set1_ps(k.ratio), _mm512_set1_ps(k.c_zero));
+        let (lo, hi) = if k.signed {
+            (-128.0, 127.0)
+        } else {
+            (0.0, 255.0)
+        };
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        let (zxv, zyv) = (_mm512_set1_epi32(zx), _mm512_set1_epi32(zy));
+        let widen = |p: *const u8, mask: __mmask16| {
+            let v = _mm_maskz_loadu_epi8(mask, p as *const i8);
+            if k.signed {
+                _mm512_cvtepi8_epi32(v)
+            } else {
+                _mm512_cvtepu8_epi32(v)
+            }
+        };
+        let value = |b: u8| if k.signed { b as i8 as i32 } else { b as i32 };
+        // Elements `from..to` against `yv` (a per-plane value), or against `y` itself.
+        let run = |from: usize, to: usize, yv: Option<__m512i>, out: *mut u8| {
+            let mut i = from;
+            while i < to {
+                let m: __mmask16 = ((1u32 << (to - i).min(16)) - 1) as u16;
+                let a = _mm512_sub_epi32(widen(x.as_ptr().add(i), m), zxv);
+                let b = yv.unwrap_or_else(|| _mm512_sub_epi32(widen(y.as_ptr().add(i), m), zyv));
+                // Exact: |(x - zx) (y - zy)| <= 255 * 255, which f32 holds.
+                let p = _mm512_cvtepi32_ps(_mm512_mullo_epi32(a, b));
+                // The reference's two roundings: the product, then the sum (not fused).
+                let v = _mm512_add_ps(_mm512_mul_ps(p, ratio), c);
+                let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                // Rounds half to even (the default rounding mode), as the reference does.
+                let q = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v));
+                _mm_mask_storeu_epi8(out.add(i) as *mut i8, m, q);
+                i += 16;
+            }
+        };
+        let dst = out.as_mut_ptr();
+        if plane == 1 {
+            run(0, n, None, dst);
+        } else {
+            for (p, &yb) in y.iter().enumerate().take(n.div_ceil(plane)) {
+                let yv = _mm512_set1_epi32(value(yb) - zy);
+                run(p * plane, ((p + 1) * plane).min(n), Some(yv), dst);
+            }
+        }
     }
 }
 
@@ -700,7 +873,12 @@ pub(crate) fn register(r: &mut Registry) {
         10,
         DTypes::Any,
         Layout::Plain,
-        |o, r| binary_table(o, r.req, true, "cpu.qmul").map(|k| Box::new(k) as Box<dyn Kernel>),
+        |o, r| match qmul_kernel(r.req, r.cx.isa) {
+            Ok(k) => Ok(Box::new(k) as Box<dyn Kernel>),
+            Err(_) => {
+                binary_table(o, r.req, true, "cpu.qmul").map(|k| Box::new(k) as Box<dyn Kernel>)
+            }
+        },
     );
     r.add::<QLinearConcat>(
         "cpu.qconcat",

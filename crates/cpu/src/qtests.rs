@@ -50,6 +50,11 @@ fn scalar(dtype: DType, v: i64) -> Tensor {
 /// where `acc * multiplier` lands within f32 rounding of a half (the reference multiplies in
 /// f64).
 fn check_q(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
+    check_q_every_isa(op, inputs, constant).swap_remove(0)
+}
+
+/// [`check_q`] under every ISA of the machine, the kernel each picked.
+fn check_q_every_isa(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> Vec<String> {
     let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let want = op.eval(&refs).unwrap().remove(0);
     let mut names = Vec::new();
@@ -76,7 +81,7 @@ fn check_q(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> Str
         );
         names.push(kernel.name().to_string());
     }
-    names[0].clone()
+    names
 }
 
 struct Case {
@@ -647,17 +652,15 @@ fn qlinear_table_kernels_match_reference() {
         };
         let c2 = [false, true, true, false, true, true, true, true];
         names.push(check_q(Arc::new(QLinearAdd), &binary(&x, &x2), &c2));
-        names.push(check_q(Arc::new(QLinearMul), &binary(&x, &x2), &c2));
-        names.push(check_q(
-            Arc::new(QLinearMul),
-            &binary(&x, &per_channel),
-            &c2,
-        ));
-        names.push(check_q(
-            Arc::new(QLinearMul),
-            &binary(&per_channel, &x),
-            &c2,
-        ));
+        for (a, b) in [(&x, &x2), (&x, &per_channel), (&per_channel, &x)] {
+            names.extend(check_q_every_isa(Arc::new(QLinearMul), &binary(a, b), &c2));
+        }
+        // Over several of the kernels' chunks of work (32 KiB), per element and per channel.
+        let (big, big2) = (rng.q8(d, &[1, 3, 150, 160]), rng.q8(d, &[1, 3, 150, 160]));
+        let big_channel = rng.q8(d, &[1, 3, 1, 1]);
+        for (a, b) in [(&big, &big2), (&big, &big_channel), (&big_channel, &big)] {
+            names.extend(check_q_every_isa(Arc::new(QLinearMul), &binary(a, b), &c2));
+        }
         // One operand a single value: a constant `[1]` (squeezenet's dropout scale), or a
         // scalar computed at run time on the left.
         let one = rng.q8(d, &[1]);
@@ -697,6 +700,9 @@ fn qlinear_table_kernels_match_reference() {
         "cpu.qconcat",
     ] {
         assert!(names.iter().any(|k| k == n), "{n} not run: {names:?}");
+    }
+    if Isa::available().contains(&Isa::Avx512) {
+        assert!(names.iter().any(|k| k == "cpu.qmul.simd"), "{names:?}");
     }
 }
 
