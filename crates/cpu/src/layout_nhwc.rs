@@ -107,7 +107,8 @@ fn add_twin(g: &mut Graph, v: ValueId) -> Option<ValueId> {
 
 /// The element-wise ops that run on channels-last twins unchanged, when every operand is a
 /// twin of the output's shape or a single value (a per-tensor scale or zero point).
-const ELEMENTWISE: [&str; 10] = [
+const ELEMENTWISE: [&str; 11] = [
+    "QLinearLookup",
     "QLinearAdd",
     "QLinearMul",
     "DequantizeLinear",

@@ -12,8 +12,8 @@ use crate::qparams::qparams;
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::quant::{
-    QLinearAdd, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearMul,
-    QLinearSigmoid,
+    QLinearAdd, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearLookup,
+    QLinearMul, QLinearSigmoid,
 };
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
@@ -838,6 +838,14 @@ impl Kernel for QGlobalAverage {
 }
 
 pub(crate) fn register(r: &mut Registry) {
+    r.add::<QLinearLookup>(
+        "cpu.qlookup",
+        "QLinearLookup",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |o, r| unary_table(o, r.req, "cpu.qlookup").map(|k| Box::new(k) as Box<dyn Kernel>),
+    );
     r.add::<QLinearSigmoid>(
         "cpu.qsigmoid",
         "QLinearSigmoid",

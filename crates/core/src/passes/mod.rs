@@ -14,6 +14,7 @@ mod fuse_hard_swish;
 mod fuse_layer_norm;
 mod fuse_matmul_add;
 mod fuse_scale_shift;
+mod lookup_int8;
 pub mod partition;
 mod quantize;
 mod remove_neutral;
@@ -31,6 +32,7 @@ pub use fuse_hard_swish::FuseHardSwish;
 pub use fuse_layer_norm::FuseLayerNorm;
 pub use fuse_matmul_add::FuseMatMulAdd;
 pub use fuse_scale_shift::FuseScaleShift;
+pub use lookup_int8::LookupInt8;
 pub use partition::{Partition, PartitionOptions, PartitionReport};
 pub use quantize::Quantize;
 pub use remove_neutral::RemoveNeutral;
@@ -140,6 +142,8 @@ pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
         // After the Conv fusions, which absorb a Mul/Add right after a Conv more cheaply.
         Box::new(FuseScaleShift),
         Box::new(FoldTranspose),
+        // After the fusions, so that it sees a QDQ hard-swish as one HardSwish.
+        Box::new(LookupInt8),
     ]
 }
 

@@ -3,6 +3,7 @@
 
 pub mod contrib;
 pub mod linear;
+pub mod lookup;
 pub mod qlinear;
 
 pub use contrib::{
@@ -11,6 +12,7 @@ pub use contrib::{
     QLinearSoftmax,
 };
 pub use linear::{DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear};
+pub use lookup::QLinearLookup;
 pub use qlinear::{QLinearConv, QLinearMatMul};
 
 use crate::{DType, DTypeSet};
