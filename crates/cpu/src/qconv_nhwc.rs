@@ -483,17 +483,21 @@ impl QConvNhwcKernel {
             let (h, w) = (self.padded_extent(0), self.padded_extent(1));
             let (top, left) = (g.pad_begin[0], g.pad_begin[1]);
             let mut p = vec![self.x.zero[0] as u8; self.s.batch * h * w * c];
-            for (b, image) in x.chunks_exact(ih * iw * cin).enumerate() {
-                for (iy, row) in image.chunks_exact(iw * cin).enumerate() {
-                    let at = ((b * h + iy + top) * w + left) * c;
-                    for (dst, src) in p[at..at + iw * c]
-                        .chunks_exact_mut(c)
-                        .zip(row.chunks_exact(cin))
-                    {
-                        dst[..cin].copy_from_slice(src);
+            // Row by row in parallel; a pixel's few bytes one by one (a copy call each cost
+            // more than the bytes).
+            p.par_chunks_mut(w * c).enumerate().for_each(|(r, dst)| {
+                let (b, py) = (r / h, r % h);
+                let Some(iy) = py.checked_sub(top).filter(|&iy| iy < ih) else {
+                    return;
+                };
+                let row = &x[(b * ih + iy) * iw * cin..][..iw * cin];
+                let dst = &mut dst[left * c..(left + iw) * c];
+                for (d, s) in dst.chunks_exact_mut(c).zip(row.chunks_exact(cin)) {
+                    for (d, &s) in d.iter_mut().zip(s) {
+                        *d = s;
                     }
                 }
-            }
+            });
             padded = p;
             TapSource {
                 data: &padded,
@@ -590,22 +594,41 @@ impl QConvNhwcKernel {
         // The AVX-512 bands sum in f32, exact up to 256 taps (see `avx512::depthwise_band`).
         #[cfg(target_arch = "x86_64")]
         if self.isa.has_avx512() && wf.len() <= 256 * c.next_multiple_of(16) {
+            use crate::qgemm::SendPtr;
             let oh = self.s.geometry.output[0];
+            op_ensure!(
+                y.len() == self.s.batch * oh * ow * c,
+                "depthwise output does not match the kernel"
+            );
             let band = self.depthwise_band_rows();
-            let image = (oh * ow * c).max(1);
-            let task = |(b, i, out): (usize, usize, &mut [u8])| {
-                // SAFETY: the session's ISA is AVX-512, which the CPU has; `out` is output
-                // rows `i * band..` of image `b`, whole rows.
-                unsafe { avx512::depthwise_band(self, wf, x, (b, i * band), out) }
+            let bands = self.s.batch * oh.div_ceil(band);
+            // Tasks split the channel groups too where the bands alone would not give every
+            // thread several (a deep layer on a 7x7 map is one band): splitting its rows
+            // instead converted the rows each band shares with the next again.
+            let groups = c.div_ceil(16);
+            let threads = rayon::current_num_threads();
+            let splits = if threads <= 1 {
+                1
+            } else {
+                (4 * threads).div_ceil(bands).clamp(1, groups)
             };
-            y.par_chunks_mut(image)
-                .enumerate()
-                .flat_map(|(b, img)| {
-                    img.par_chunks_mut((band * ow * c).max(1))
-                        .enumerate()
-                        .map(move |(i, out)| (b, i, out))
-                })
-                .for_each(task);
+            let per_split = groups.div_ceil(splits);
+            let out = SendPtr(y.as_mut_ptr());
+            let task = |t: usize| {
+                let (bi, split) = (t / splits, t % splits);
+                let (b, first) = (bi / oh.div_ceil(band), bi % oh.div_ceil(band) * band);
+                let rows = band.min(oh - first);
+                let g0 = (split * per_split).min(groups);
+                let g1 = ((split + 1) * per_split).min(groups);
+                // SAFETY: the session's ISA is AVX-512, which the CPU has; task `t` alone
+                // writes rows `first..first + rows` of image `b`, channels `16 * g0..16 * g1`
+                // (clipped to C), inside `y` (checked above).
+                unsafe {
+                    let at = out.get().add((b * oh + first) * ow * c);
+                    avx512::depthwise_band(self, wf, x, (b, first, rows), g0 * 16..g1 * 16, at)
+                }
+            };
+            (0..bands * splits).into_par_iter().for_each(task);
             return Ok(());
         }
         let (lo, hi) = range(self.y.signed);
@@ -641,7 +664,9 @@ impl QConvNhwcKernel {
         // again).
         let threads = rayon::current_num_threads();
         let tasks = if threads <= 1 { 1 } else { 4 * threads };
-        let spread = (self.s.batch * oh).div_ceil(tasks).max(1);
+        // Rows split over threads only where the channel groups cannot keep them busy.
+        let groups = self.s.out_channels.div_ceil(16);
+        let spread = (self.s.batch * oh * groups).div_ceil(tasks).max(1);
         fit.min(spread).min(oh.max(1))
     }
 }
@@ -742,22 +767,25 @@ mod avx512 {
         k.padded_extent(1)
     }
 
-    /// Output rows `first..` of image `b` (as many as `out` holds) of a depthwise
+    /// Output rows `first..first + rows` of image `b`, channels `channels`, of a depthwise
     /// convolution, sixteen channels at a time: the band's input rows for those channels are
     /// converted to `x - x_zero` in f32, padded with zeros, into one contiguous buffer (the
     /// `kh` rows an output row reads stay in L1 as the rows go down), so that every output
     /// vector is one FMA per tap, then the bias and the requantization in registers.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F/BW/VL; `out` holds whole output rows of image `b`; `w` is the
-    /// kernel's `[taps][C rounded up to 16]` f32 weights; the kernel has at most 256 taps.
+    /// The CPU has AVX-512 F/BW/VL; `out` points at output row `first` of image `b` and is
+    /// valid for `rows` whole rows, whose channels `channels` (from a multiple of 16) no other
+    /// thread writes meanwhile; `w` is the kernel's `[taps][C rounded up to 16]` f32 weights;
+    /// the kernel has at most 256 taps.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub(super) unsafe fn depthwise_band(
         k: &QConvNhwcKernel,
         w: &[f32],
         x: &[u8],
-        (b, first): (usize, usize),
-        out: &mut [u8],
+        (b, first, rows): (usize, usize, usize),
+        channels: std::ops::Range<usize>,
+        out: *mut u8,
     ) {
         let g = &k.s.geometry;
         let (ih, iw) = (g.input[0], g.input[1]);
@@ -766,7 +794,6 @@ mod avx512 {
         let (sh, dh) = (g.strides[0], g.dilations[0]);
         let c = k.s.out_channels;
         let cp = c.next_multiple_of(16);
-        let rows = out.len() / (ow * c).max(1);
         if rows == 0 || ow == 0 || c == 0 {
             return;
         }
@@ -795,7 +822,8 @@ mod avx512 {
             let (lo, hi) = range(k.y.signed);
             let narrow = Narrow::new(k.y.zero[0], lo, hi);
             let band = buf.as_ptr();
-            for c0 in (0..c).step_by(16) {
+            // Channel groups start at multiples of 16.
+            for c0 in (channels.start..channels.end.min(c)).step_by(16) {
                 let n = (c - c0).min(16);
                 let mask: __mmask16 = ((1u32 << n) - 1) as u16;
                 // The band's rows for these sixteen channels, contiguous: the output rows'
@@ -829,7 +857,7 @@ mod avx512 {
                     w: w.as_ptr().add(c0),
                 };
                 for oy in 0..rows {
-                    let dst = out.as_mut_ptr().add(oy * ow * c + c0);
+                    let dst = out.add(oy * ow * c + c0);
                     let row = band.add(oy * sh * row_len);
                     let mut ox = 0;
                     while ox + PIXELS <= ow {
