@@ -531,6 +531,13 @@ fn map<F: Fn(f32) -> f32>(f: F, x: &[f32], y: &mut [f32]) {
 /// Applies `kind` to `x` into `y` (equal lengths).
 pub(crate) fn apply_unary(isa: Isa, kind: UnaryKind, x: &[f32], y: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if isa.has_avx512() {
+        // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F/BW/VL/DQ, AVX2 and
+        // FMA, the only requirement of the target_feature function, whose body is safe code.
+        unsafe { apply_unary_avx512(kind, x, y) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
         // only requirement of the target_feature function, whose body is safe code.
@@ -544,6 +551,13 @@ pub(crate) fn apply_unary(isa: Isa, kind: UnaryKind, x: &[f32], y: &mut [f32]) {
 #[target_feature(enable = "avx2")]
 unsafe fn apply_unary_avx2(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
     apply_unary_impl(Isa::Avx2Fma, kind, x, y)
+}
+
+/// The same, its plain loops vectorized sixteen wide, the math functions' AVX-512 builds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+unsafe fn apply_unary_avx512(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
+    apply_unary_impl(Isa::Avx512, kind, x, y)
 }
 
 #[inline(always)]
