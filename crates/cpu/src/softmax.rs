@@ -62,8 +62,15 @@ struct SoftmaxKernel {
     log: bool,
 }
 
-/// Softmax of one contiguous row; compiled for AVX2 + FMA where the CPU has them.
+/// Softmax of one contiguous row; compiled for AVX-512 or AVX2 + FMA where the CPU has them.
 fn row(isa: Isa, x: &[f32], y: &mut [f32], log: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx512() {
+        // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F/BW/VL/DQ, AVX2 and
+        // FMA, the only requirement of the target_feature function, whose body is safe code.
+        unsafe { row_avx512(x, y, log) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: the CPU has AVX2 and FMA (an Isa other than Portable exists only then), the only requirement of the
@@ -77,6 +84,12 @@ fn row(isa: Isa, x: &[f32], y: &mut [f32], log: bool) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn row_avx2(x: &[f32], y: &mut [f32], log: bool) {
+    row_impl::<true>(x, y, log)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn row_avx512(x: &[f32], y: &mut [f32], log: bool) {
     row_impl::<true>(x, y, log)
 }
 
