@@ -37,10 +37,12 @@ enum Strategy {
         indirect: Option<Indirect>,
     },
     /// `w - w_zero` as `[taps][C]`, and as f32 `[taps][C rounded up to 16]` (the AVX-512
-    /// kernel's, whose loads are whole vectors; the padding is 0).
+    /// kernel's, whose loads are whole vectors; the padding is 0); whether the AVX-512 f32
+    /// sums may start from the bias and stay exact.
     Depthwise {
         weights: Vec<i32>,
         weights_f32: Vec<f32>,
+        bias_in_sum: bool,
     },
 }
 
@@ -236,9 +238,16 @@ impl QConvNhwcKernel {
                     weights_f32[t * mp + ch] = wt[t * m + ch] as f32;
                 }
             }
+            // The AVX-512 sums start from the bias where every partial sum stays below 2^24
+            // with it (|x w| <= 255 * 255 per tap), so f32 holds them exactly.
+            let bound = taps as u64 * 255 * 255;
+            let bias_in_sum = bias
+                .iter()
+                .all(|&b| b.unsigned_abs() as u64 + bound < 1 << 24);
             Strategy::Depthwise {
                 weights_f32,
                 weights: wt,
+                bias_in_sum,
             }
         };
         Ok(QConvNhwcKernel {
@@ -588,7 +597,13 @@ impl QConvNhwcKernel {
         Ok(())
     }
 
-    fn run_depthwise(&self, w: &[i32], wf: &[f32], x: &[u8], y: &mut [u8]) -> OpResult<()> {
+    fn run_depthwise(
+        &self,
+        w: &[i32],
+        (wf, bias_in_sum): (&[f32], bool),
+        x: &[u8],
+        y: &mut [u8],
+    ) -> OpResult<()> {
         let c = self.s.out_channels;
         let ow = self.s.geometry.output[1];
         // The AVX-512 bands sum in f32, exact up to 256 taps (see `avx512::depthwise_band`).
@@ -625,7 +640,8 @@ impl QConvNhwcKernel {
                 // (clipped to C), inside `y` (checked above).
                 unsafe {
                     let at = out.get().add((b * oh + first) * ow * c);
-                    avx512::depthwise_band(self, wf, x, (b, first, rows), g0 * 16..g1 * 16, at)
+                    let w = (wf, bias_in_sum);
+                    avx512::depthwise_band(self, w, x, (b, first, rows), g0 * 16..g1 * 16, at)
                 }
             };
             (0..bands * splits).into_par_iter().for_each(task);
@@ -776,12 +792,12 @@ mod avx512 {
     /// # Safety
     /// The CPU has AVX-512 F/BW/VL; `out` points at output row `first` of image `b` and is
     /// valid for `rows` whole rows, whose channels `channels` (from a multiple of 16) no other
-    /// thread writes meanwhile; `w` is the kernel's `[taps][C rounded up to 16]` f32 weights;
-    /// the kernel has at most 256 taps.
+    /// thread writes meanwhile; `w` is the kernel's `[taps][C rounded up to 16]` f32 weights
+    /// (with whether sums may start from the bias); the kernel has at most 256 taps.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub(super) unsafe fn depthwise_band(
         k: &QConvNhwcKernel,
-        w: &[f32],
+        (w, bias_in_sum): (&[f32], bool),
         x: &[u8],
         (b, first, rows): (usize, usize, usize),
         channels: std::ops::Range<usize>,
@@ -811,14 +827,6 @@ mod avx512 {
             // Every element is written below: zeros for the padding, the input for the rest.
             buf.resize(band_h * row_len, 0.0);
             let zero = _mm512_set1_epi32(k.x.zero[0]);
-            // Sums start from the bias where every partial sum stays below 2^24 with it (|x w|
-            // <= 255 * 255 per tap), so f32 holds them exactly: one conversion fewer per
-            // output vector.
-            let bound = (kh * kw) as u64 * 255 * 255;
-            let bias_exact = k
-                .bias
-                .iter()
-                .all(|&b| b.unsigned_abs() as u64 + bound < 1 << 24);
             let (lo, hi) = range(k.y.signed);
             let narrow = Narrow::new(k.y.zero[0], lo, hi);
             let band = buf.as_ptr();
@@ -852,7 +860,7 @@ mod avx512 {
                     w_stride: cp,
                     mask,
                     bias,
-                    bias_in_sum: bias_exact.then(|| _mm512_cvtepi32_ps(bias)),
+                    bias_in_sum: bias_in_sum.then(|| _mm512_cvtepi32_ps(bias)),
                     scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
                     w: w.as_ptr().add(c0),
                 };
@@ -994,7 +1002,8 @@ impl Kernel for QConvNhwcKernel {
             Strategy::Depthwise {
                 weights,
                 weights_f32,
-            } => self.run_depthwise(weights, weights_f32, xb, yb),
+                bias_in_sum,
+            } => self.run_depthwise(weights, (weights_f32, *bias_in_sum), xb, yb),
         }
     }
 
