@@ -8,7 +8,7 @@
 //! kernels are exactly the reference, rounding included, at a table lookup per element.
 
 use crate::backend::{constant, Registry};
-use crate::qparams::qparams;
+use crate::qparams::{qparams, QParams};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::quant::{
@@ -281,11 +281,9 @@ struct QAddKernel {
     out_len: usize,
 }
 
-fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
-    // Avx2Fma and Avx512 sessions run only on CPUs with AVX2 and FMA.
-    if !isa.has_avx2() {
-        return Err("needs x86 with AVX2 and FMA".into());
-    }
+/// The (scale, zero point) of A, B and C of a QLinear binary op whose operands and output
+/// share one 8-bit type and whose pairs are per tensor, as the SIMD kernels need.
+fn per_tensor_operands(r: &KernelRequest) -> Result<[QParams; 3], String> {
     let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
     let dc = r.outputs.first().ok_or("needs an output")?.dtype;
     if da != db || dc != da {
@@ -300,6 +298,15 @@ fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
     {
         return Err("needs per-tensor scales and zero points".into());
     }
+    Ok([qa, qb, qc])
+}
+
+fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
+    // Avx2Fma and Avx512 sessions run only on CPUs with AVX2 and FMA.
+    if !isa.has_avx2() {
+        return Err("needs x86 with AVX2 and FMA".into());
+    }
+    let [qa, qb, qc] = per_tensor_operands(r)?;
     let (pairing, out_len) = pairing(r, false)?;
     let (ra, rb) = (qa.scale[0] / qc.scale[0], qb.scale[0] / qc.scale[0]);
     // The reference folds the zero points of the operand it reads element by element (x)
@@ -403,20 +410,7 @@ fn qmul_kernel(r: &KernelRequest, isa: Isa) -> Result<QMulKernel, String> {
     if !isa.has_avx512() {
         return Err("needs AVX-512".into());
     }
-    let (da, db) = (eight_bit(r, 0)?, eight_bit(r, 3)?);
-    let dc = r.outputs.first().ok_or("needs an output")?.dtype;
-    if da != db || dc != da {
-        return Err("needs operands and output of one 8-bit type".into());
-    }
-    let qa = qparams(r, da, 1, 2, 1)?;
-    let qb = qparams(r, db, 4, 5, 1)?;
-    let qc = qparams(r, dc, 6, 7, 1)?;
-    if [&qa, &qb, &qc]
-        .iter()
-        .any(|q| q.scale.len() != 1 || q.zero.len() != 1)
-    {
-        return Err("needs per-tensor scales and zero points".into());
-    }
+    let [qa, qb, qc] = per_tensor_operands(r)?;
     let (pairing, out_len) = pairing(r, true)?;
     if matches!(pairing, Pairing::Scalar { .. }) {
         return Err("a single-value operand reads one row of the table".into());
