@@ -136,6 +136,14 @@ impl Pass for LookupInt8 {
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
         let mut changed = false;
+        // A rewrite keeps every node's place and outputs (only the inputs of the node it
+        // replaces change), so the producers stay as found here.
+        let producer: HashMap<ValueId, usize> = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| n.outputs.iter().map(move |&v| (v, i)))
+            .collect();
         for end in 0..graph.nodes.len() {
             let Some(&y) = graph.nodes[end].outputs.first() else {
                 continue;
@@ -145,12 +153,6 @@ impl Pass for LookupInt8 {
                 continue;
             }
             let (dtype, rank) = (yi.dtype, yi.shape.len());
-            let producer: HashMap<ValueId, usize> = graph
-                .nodes
-                .iter()
-                .enumerate()
-                .flat_map(|(i, n)| n.outputs.iter().map(move |&v| (v, i)))
-                .collect();
             let Some((nodes, x)) = chain(graph, &producer, end) else {
                 continue;
             };
