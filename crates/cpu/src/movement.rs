@@ -219,12 +219,7 @@ impl TransposeKernel {
         const T: usize = 8;
         let k = self.dims.len();
         let (rows, cols, stride) = (self.dims[k - 2], self.dims[k - 1], self.src_stride[k - 1]);
-        // The plane's input offset from its index over the outer output axes.
-        let (mut base, mut rest) = (0, b);
-        for d in (0..k - 2).rev() {
-            base += rest % self.dims[d] * self.src_stride[d];
-            rest /= self.dims[d];
-        }
+        let base = self.plane_base(b);
         for r0 in (0..rows).step_by(T) {
             let rn = T.min(rows - r0);
             for c0 in (0..cols).step_by(T) {
@@ -253,12 +248,57 @@ impl TransposeKernel {
 }
 
 impl TransposeKernel {
+    /// The input offset of output plane `b` (over the last two output axes), from its index
+    /// over the outer output axes.
+    fn plane_base(&self, b: usize) -> usize {
+        let k = self.dims.len();
+        let (mut base, mut rest) = (0, b);
+        for d in (0..k - 2).rev() {
+            base += rest % self.dims[d] * self.src_stride[d];
+            rest /= self.dims[d];
+        }
+        base
+    }
+
+    /// Output rows from element `start` on into `out` (whole rows) when the output's last axis
+    /// is `C` (1 to 4) values that lie a stride apart in the input, and its rows are
+    /// contiguous there: an image's few channels made channels-last. Each input line is read
+    /// in order; 8 x 8 tiles would be mostly empty.
+    fn gather_short<V: Copy, const C: usize>(&self, x: &[V], start: usize, out: &mut [V]) {
+        let k = self.dims.len();
+        let (rows, stride) = (self.dims[k - 2], self.src_stride[k - 1]);
+        let mut row = start / C;
+        let mut rest = out;
+        while !rest.is_empty() {
+            let (b, r0) = (row / rows, row % rows);
+            let n = (rows - r0).min(rest.len() / C);
+            let base = self.plane_base(b) + r0;
+            let (now, later) = rest.split_at_mut(n * C);
+            let lines: [&[V]; C] = std::array::from_fn(|c| &x[base + c * stride..][..n]);
+            for (r, o) in now.chunks_exact_mut(C).enumerate() {
+                for (d, line) in o.iter_mut().zip(&lines) {
+                    *d = line[r];
+                }
+            }
+            rest = later;
+            row += n;
+        }
+    }
+
     fn transpose<V: Copy + Default + Send + Sync>(&self, x: &[V], y: &mut [V]) {
         if y.is_empty() {
             return;
         }
         let k = self.dims.len();
         let n = self.dims[k - 1];
+        if k >= 2 && self.src_stride[k - 2] == 1 && (2..=4).contains(&n) {
+            match n {
+                2 => for_chunks(y, 2, 1, |start, c| self.gather_short::<V, 2>(x, start, c)),
+                3 => for_chunks(y, 3, 1, |start, c| self.gather_short::<V, 3>(x, start, c)),
+                _ => for_chunks(y, 4, 1, |start, c| self.gather_short::<V, 4>(x, start, c)),
+            }
+            return;
+        }
         if k >= 2 && self.src_stride[k - 2] == 1 && self.src_stride[k - 1] != 1 {
             // The two last output axes swap the input's contiguous axis: tiles of 8 x 8 read
             // eight contiguous values per input line and write eight per output row, where
