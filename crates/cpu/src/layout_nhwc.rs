@@ -10,6 +10,9 @@
 //!   (group 1 or depthwise); its input gets a twin by a Transpose when it has none;
 //! - int8 MaxPool (2-D, without indices) on a twin;
 //! - QLinearConcat over the channel axis of twins (then over their last axis);
+//! - QLinearGlobalAveragePool of a twin, as its `channels_last` form: a classifier's last
+//!   feature map is not transposed back only to be averaged (its `[N, 1, 1, C]` output is
+//!   the plain `[N, C, 1, 1]` in memory);
 //! - element-wise ops whose every operand is a twin of the output's shape or a single value:
 //!   QLinearAdd and QLinearMul, and a QDQ model's per-tensor DequantizeLinear, float Add and
 //!   QuantizeLinear around its residual connections (element by element, the layout does not
@@ -22,7 +25,7 @@ use crate::layout_pass::rewrite_with_twins;
 use crate::{qconv_nhwc, qpool_nhwc};
 use ferrolite_core::ops::layout::{Nhwc, FROM_NHWC, TO_NHWC};
 use ferrolite_core::ops::nn::pool::Pool;
-use ferrolite_core::ops::quant::{QLinearConcat, QLinearConv};
+use ferrolite_core::ops::quant::{QLinearConcat, QLinearConv, QLinearGlobalAveragePool};
 use ferrolite_core::ops::shape::transpose::Transpose;
 use ferrolite_core::passes::rewrite::{constant, info, input};
 use ferrolite_core::passes::Pass;
@@ -212,6 +215,14 @@ fn convert(
             inputs[slot] = Some(*twin.get(&input(node, slot)?)?);
         }
         Arc::new(QLinearConcat { axis: 3 })
+    } else if let Some(p) = op.downcast_ref::<QLinearGlobalAveragePool>() {
+        if p.channels_last {
+            return None;
+        }
+        inputs[0] = Some(*twin.get(&input(node, 0)?)?);
+        Arc::new(QLinearGlobalAveragePool {
+            channels_last: true,
+        })
     } else {
         return None;
     };
@@ -348,6 +359,29 @@ mod tests {
             assert!(ops.iter().any(|o| o == add), "{ops:?}");
             same_as_plain(&g, got);
         }
+    }
+
+    #[test]
+    fn averages_a_region_channels_last() {
+        let mut g = net(8, false);
+        let y = g.outputs.pop().unwrap();
+        let q = |g: &mut Graph, name: &str, s: f32, z: u8| {
+            let s = g.add_constant(format!("{name}.s"), Tensor::scalar(s));
+            let z = g.add_constant(format!("{name}.z"), Tensor::scalar(z));
+            [Some(s), Some(z)]
+        };
+        let mut inputs = vec![Some(y)];
+        inputs.extend(q(&mut g, "gap.x", 0.1, 128));
+        inputs.extend(q(&mut g, "gap.y", 0.01, 100));
+        let op = Arc::new(QLinearGlobalAveragePool::default());
+        let avg = g.add_op("gap", op, inputs, 1).unwrap()[0];
+        g.outputs.push(avg);
+        let (ops, got) = optimized(&g, &[]);
+        // The last Transpose moves the `[1, 1, 1, 16]` average, not the feature map.
+        let gap = ops.iter().position(|o| o == "QLinearGlobalAveragePool");
+        assert_eq!(gap, Some(ops.len() - 2), "{ops:?}");
+        assert_eq!(ops.iter().filter(|o| *o == "Transpose").count(), 2);
+        same_as_plain(&g, got);
     }
 
     /// `got` equals the graph's output without the pass.

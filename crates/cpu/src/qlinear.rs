@@ -781,15 +781,75 @@ impl Kernel for ConcatTables {
     }
 }
 
-/// QLinearGlobalAveragePool over channels-first planes: integer sums, then the reference's
-/// one f32 scaling per plane.
+/// QLinearGlobalAveragePool: integer sums per channel, then the reference's one f32 scaling
+/// of each.
 #[derive(Debug)]
 struct QGlobalAverage {
     image: usize,
+    /// The channel count of a channels-last input (`[N, D1.., C]`, summed a pixel's channel
+    /// vector at a time); `None` for channels-first planes.
+    channels_last: Option<usize>,
     x_zero: i64,
     y_zero: i32,
     scale: f32,
     signed: bool,
+}
+
+/// Pixels summed in i32 before an i64 total: 2^16 values of at most 255 stay far below 2^31.
+const I32_SUM_PIXELS: usize = 1 << 16;
+
+impl QGlobalAverage {
+    /// The output byte of channel sum `sum`.
+    fn requantize(&self, sum: i64) -> u8 {
+        let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
+        let acc = sum - self.x_zero * self.image.max(1) as i64;
+        let v = (acc as f32 * self.scale).round_ties_even() as i32 + self.y_zero;
+        let q = v.clamp(lo, hi);
+        if self.signed {
+            q as i8 as u8
+        } else {
+            q as u8
+        }
+    }
+
+    /// One channels-first plane's sum.
+    fn plane_sum(&self, x: &[u8]) -> i64 {
+        // i32 sums vectorize; i64 ones did not.
+        let part = |x: &[u8]| -> i64 {
+            let s: i32 = if self.signed {
+                x.iter().map(|&b| b as i8 as i32).sum()
+            } else {
+                x.iter().map(|&b| b as i32).sum()
+            };
+            s as i64
+        };
+        x.chunks(I32_SUM_PIXELS).map(part).sum()
+    }
+
+    /// One channels-last image's channel sums into `y`, a pixel's channel vector at a time.
+    fn image_sums(&self, x: &[u8], c: usize, y: &mut [u8]) {
+        let mut total = vec![0i64; c];
+        let mut part = vec![0i32; c];
+        for block in x.chunks(c * I32_SUM_PIXELS) {
+            part.fill(0);
+            for px in block.chunks_exact(c) {
+                if self.signed {
+                    part.iter_mut()
+                        .zip(px)
+                        .for_each(|(s, &b)| *s += b as i8 as i32);
+                } else {
+                    part.iter_mut().zip(px).for_each(|(s, &b)| *s += b as i32);
+                }
+            }
+            total
+                .iter_mut()
+                .zip(&part)
+                .for_each(|(t, &s)| *t += s as i64);
+        }
+        for (y, &t) in y.iter_mut().zip(&total) {
+            *y = self.requantize(t);
+        }
+    }
 }
 
 impl Kernel for QGlobalAverage {
@@ -803,26 +863,16 @@ impl Kernel for QGlobalAverage {
             x.len() == y.byte_len() * image,
             "sizes differ from the plan"
         );
-        let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
-        let one = |(x, y): (&[u8], &mut u8)| {
-            // i32 sums of up to 2^16 bytes (they vectorize; i64 ones did not), added in i64.
-            let part = |x: &[u8]| -> i64 {
-                let s: i32 = if self.signed {
-                    x.iter().map(|&b| b as i8 as i32).sum()
-                } else {
-                    x.iter().map(|&b| b as i32).sum()
-                };
-                s as i64
-            };
-            let sum: i64 = x.chunks(1 << 16).map(part).sum();
-            let acc = sum - self.x_zero * image as i64;
-            let v = (acc as f32 * self.scale).round_ties_even() as i32 + self.y_zero;
-            let q = v.clamp(lo, hi);
-            *y = if self.signed { q as i8 as u8 } else { q as u8 };
-        };
-        x.par_chunks(image)
-            .zip(y.bytes_mut().par_iter_mut())
-            .for_each(one);
+        match self.channels_last {
+            Some(c) => x
+                .par_chunks(image * c.max(1))
+                .zip(y.bytes_mut().par_chunks_mut(c.max(1)))
+                .for_each(|(x, y)| self.image_sums(x, c.max(1), y)),
+            None => x
+                .par_chunks(image)
+                .zip(y.bytes_mut().par_iter_mut())
+                .for_each(|(x, y)| *y = self.requantize(self.plane_sum(x))),
+        }
         Ok(())
     }
 
@@ -899,15 +949,21 @@ pub(crate) fn register(r: &mut Registry) {
         |p, r| {
             let d = eight_bit(r.req, 0)?;
             let x = r.req.inputs[0].as_ref().ok_or("needs an input")?;
-            if p.channels_last || x.shape.len() < 3 {
-                return Err("needs channels-first input of rank 3 or more".into());
+            if x.shape.len() < 3 {
+                return Err("needs an input of rank 3 or more".into());
             }
-            let image: usize = x.shape[2..].iter().product();
+            let (image, channels_last) = if p.channels_last {
+                let c = x.shape[x.shape.len() - 1];
+                (x.shape[1..x.shape.len() - 1].iter().product(), Some(c))
+            } else {
+                (x.shape[2..].iter().product(), None)
+            };
             let (xq, yq) = (qparams(r.req, d, 1, 2, 1)?, qparams(r.req, d, 3, 4, 1)?);
             // The reference's f32 order: x_scale / (y_scale * image).
             let scale = xq.scale[0] / (yq.scale[0] * image as f32);
             Ok(Box::new(QGlobalAverage {
                 image,
+                channels_last,
                 x_zero: xq.zero[0] as i64,
                 y_zero: yq.zero[0],
                 scale,

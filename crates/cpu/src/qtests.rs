@@ -436,6 +436,9 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
                 (&[2, 4, 33, 65][..], DType::I8, -128),
                 (&[70000][..], DType::U8, 255),
                 (&[1, 8, 9, 9][..], DType::I8, 127),
+                // Channels-last pools in 64-channel register blocks, with and without a tail.
+                (&[1, 67, 6, 7][..], DType::U8, 3),
+                (&[2, 128, 5, 4][..], DType::I8, 0),
             ] {
                 // Values over and past the whole range, and halves (ties) on the grid.
                 let n: usize = shape.iter().product();
@@ -682,6 +685,17 @@ fn qlinear_table_kernels_match_reference() {
             &gap,
             &c1,
         ));
+        // Channels last: one pixel's channels at a time, past the i32 partial sums' 2^16
+        // pixels in the second.
+        for shape in [&[2usize, 6, 7, 5][..], &[1, 300, 300, 2]] {
+            let mut gap = vec![Some(rng.q8(d, shape))];
+            gap.extend(q(0.05, 120));
+            gap.extend(q(0.02, 90));
+            let op = QLinearGlobalAveragePool {
+                channels_last: true,
+            };
+            names.push(check_q(Arc::new(op), &gap, &c1));
+        }
         // Concat: one input at the output's scale (copied), one requantized.
         let mut cat: Vec<Option<Tensor>> = q(0.05, 120).into();
         cat.push(Some(x.clone()));
@@ -855,6 +869,11 @@ fn int8_transpose_matches_reference_exactly() {
         (&[2usize, 3, 4][..], None),
         // To and from channels last, row by row and tiled.
         (&[1, 3, 20, 20], Some(vec![0i64, 2, 3, 1])),
+        // Two to four channels gathered row by row, split across threads and planes.
+        (&[4, 3, 100, 100], Some(vec![0, 2, 3, 1])),
+        (&[3, 2, 90, 70], Some(vec![0, 2, 3, 1])),
+        (&[2, 4, 5, 5], Some(vec![0, 2, 3, 1])),
+        (&[3, 2, 5], Some(vec![0, 2, 1])),
         (&[2, 64, 33, 40], Some(vec![0, 2, 3, 1])),
         (&[2, 33, 40, 64], Some(vec![0, 3, 1, 2])),
         (&[1, 7, 9, 5], Some(vec![0, 3, 1, 2])),
