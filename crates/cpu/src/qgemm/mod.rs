@@ -610,6 +610,8 @@ impl Product<'_> {
         let sink = Sink::new(out);
         #[cfg(target_arch = "x86_64")]
         let fused = self.fused_requantization(sink);
+        #[cfg(target_arch = "x86_64")]
+        let fused_float = self.fused_float(sink);
         let task = |t: usize| {
             let (tc, tr) = (t % ncols, t / ncols);
             let mut tile = vec![0i32; mr * nr];
@@ -623,6 +625,12 @@ impl Product<'_> {
                     // SAFETY: tile (ib, jp) is this task's and inside the output (checked
                     // above).
                     unsafe { self.tile_quantized(ib, jp, f) };
+                    return;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if let Some(f) = &fused_float {
+                    // SAFETY: as above.
+                    unsafe { self.tile_float(ib, jp, f) };
                     return;
                 }
                 self.tile(ib, jp, &mut tile);
@@ -729,6 +737,87 @@ impl Product<'_> {
         // SAFETY: the Avx512Vnni path exists only on CPUs with AVX-512 VNNI; the output rows
         // are this task's (the caller's contract).
         unsafe { x86::tile_vnni_quantized(rb, pb, kq, r.signed, &q) };
+    }
+
+    /// MatMulIntegerToFloat's common case on AVX-512 VNNI, its float epilogue in the tile's
+    /// registers: B (the panels) without zero points, one zero point for A, bias and scale
+    /// per column or for all, so that the corrections are constant along each column.
+    #[cfg(target_arch = "x86_64")]
+    fn fused_float(&self, sink: Sink) -> Option<FusedFloat> {
+        let (QPath::Avx512Vnni, Axis::All(rows_zero), Sink::F32 { ptr, scale, bias }) =
+            (self.rows.path, self.rows_zero, sink)
+        else {
+            return None;
+        };
+        let no_panel_zero = match self.panels_zero {
+            Axis::All(v) => v == 0,
+            Axis::Cols(v) => v.iter().all(|&v| v == 0),
+            Axis::Rows(_) => false,
+        };
+        let ok = no_panel_zero
+            && !matches!(scale, Axis::Rows(_))
+            && !matches!(bias, Some(Axis::Rows(_)))
+            && !matches!(self.bias, Some(Axis::Rows(_)));
+        if !ok {
+            return None;
+        }
+        // Every column's constants, once per product (tiles of one panel share them), padded
+        // to whole panels by repeating the last column (the padding is not stored).
+        let (n, nr) = (self.panels.len, x86::VNNI_NR);
+        let col = |j: usize| j.min(n.saturating_sub(1));
+        let padded = n.next_multiple_of(nr);
+        let add = (0..padded)
+            .map(|j| {
+                // Column sums exist whenever A's zero point is not zero (checked in `run`).
+                let zero = if rows_zero != 0 {
+                    rows_zero * self.panels.sums[col(j)]
+                } else {
+                    0
+                };
+                self.bias.map_or(0, |b| b.at(0, col(j))) - zero
+            })
+            .collect();
+        Some(FusedFloat {
+            add,
+            scale: (0..padded).map(|j| scale.at(0, col(j))).collect(),
+            bias: bias.map(|b| (0..padded).map(|j| b.at(0, col(j))).collect()),
+            ptr,
+        })
+    }
+
+    /// Tile (`ib`, `jp`) with the float epilogue in registers, stored (see
+    /// [`Product::fused_float`]).
+    ///
+    /// # Safety
+    /// The tile lies inside the output, and no other thread writes it meanwhile.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_float(&self, ib: usize, jp: usize, f: &FusedFloat) {
+        let (r, p) = (self.rows, self.panels);
+        let (mr, nr) = r.path.tile();
+        let kq = r.k.div_ceil(4);
+        let (m0, n0) = (ib * mr, jp * nr);
+        // This panel's columns of the per-column constants.
+        let add: &[i32; x86::VNNI_NR] = f.add[n0..n0 + nr].try_into().expect("a panel");
+        let scale: &[f32; x86::VNNI_NR] = f.scale[n0..n0 + nr].try_into().expect("a panel");
+        let bias: Option<&[f32; x86::VNNI_NR]> = f
+            .bias
+            .as_ref()
+            .map(|b| b[n0..n0 + nr].try_into().expect("a panel"));
+        let q = x86::ColumnFloat {
+            add,
+            scale,
+            bias,
+            // SAFETY (offset): element (m0, n0) lies inside the output (the caller's contract).
+            dst: unsafe { f.ptr.0.add(m0 * self.ldc + n0) },
+            ldc: self.ldc,
+            rows: (r.len - m0).min(mr),
+            cols: (p.len - n0).min(nr),
+        };
+        let rb = &r.bytes[ib * kq * mr * 4..][..kq * mr * 4];
+        let pb = &p.bytes[jp * kq * nr * 4..][..kq * nr * 4];
+        // SAFETY: the Avx512Vnni path exists only on CPUs with AVX-512 VNNI; the output rows
+        // are this task's (the caller's contract).
+        unsafe { x86::tile_vnni_float(rb, pb, kq, r.signed, &q) };
     }
 
     /// The raw i32 tile (rows block `ib`, panel `jp`), `mr x nr`, row stride `nr`.
@@ -978,6 +1067,18 @@ struct Fused<'a> {
     lo: i32,
     hi: i32,
     ptr: SendPtr<u8>,
+}
+
+/// A product with its float epilogue in the tile's registers: A's zero point, and the
+/// output's scale and bias (per column or for all).
+#[cfg(target_arch = "x86_64")]
+struct FusedFloat {
+    /// Per column, padded to whole panels: the i32 bias less A's zero point times the
+    /// column's sum; the scale; the float bias.
+    add: Vec<i32>,
+    scale: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    ptr: SendPtr<f32>,
 }
 
 /// [`Out`] as raw destination pointers, shared by the rayon tasks of one `run` (which holds

@@ -371,3 +371,72 @@ fn available_paths_follow_the_cpu() {
         );
     }
 }
+
+/// MatMulIntegerToFloat's layout: unsigned activations as the rows (one zero point), signed
+/// weights as the panels (zero points of 0, as stored or per column, else one that is not),
+/// i32 bias per column, float scale and bias per column or for all. The AVX-512 VNNI path
+/// finishes these in the tile's registers; every path gives the epilogue's f32 values exactly.
+#[test]
+fn float_outputs_per_column_match_naive() {
+    for path in QPath::available() {
+        for (si, &(m, n, k)) in shapes().iter().enumerate() {
+            let a = bytes(m * k, 40 + si as u64);
+            let b = bytes(k * n, 60 + si as u64);
+            let pack = |side, data: &[u8], len, rs, cs, signed| {
+                let src = Source {
+                    data,
+                    rs,
+                    cs,
+                    flip: 0,
+                    signed,
+                };
+                Packed::new(path, side, k, len, src).unwrap()
+            };
+            let rows = pack(Side::Rows, &a, m, k, 1, false);
+            let panels = pack(Side::Panels, &b, n, 1, n, true);
+            let ibias: Vec<i32> = (0..n).map(|j| j as i32 * 7 - 50).collect();
+            let scale: Vec<f32> = (0..n).map(|j| 0.001 * (j % 13 + 1) as f32).collect();
+            let fbias: Vec<f32> = (0..n).map(|j| j as f32 * 0.125 - 1.0).collect();
+            let zeros = vec![0i32; n];
+            let ones = vec![1i32; n];
+            for (za, panels_zero) in [
+                (131, Axis::All(0)),
+                (0, Axis::Cols(&zeros[..])),
+                (77, Axis::Cols(&zeros[..])),
+                (77, Axis::Cols(&ones[..])),
+            ] {
+                let zp: Vec<i32> = (0..n).map(|j| panels_zero.at(0, j)).collect();
+                let want = naive(&a, &b, m, n, k, false, &vec![za; m], &zp, &vec![0; m]);
+                let product = Product {
+                    rows: &rows,
+                    panels: &panels,
+                    rows_zero: Axis::All(za),
+                    panels_zero,
+                    bias: Some(Axis::Cols(&ibias)),
+                    ldc: n,
+                };
+                for (scale, bias) in [
+                    (Axis::Cols(&scale[..]), Some(Axis::Cols(&fbias[..]))),
+                    (Axis::All(0.003), None),
+                    (Axis::Cols(&scale[..]), Some(Axis::All(0.5))),
+                ] {
+                    let mut got = vec![f32::NAN; m * n];
+                    let mut out = Out::F32 {
+                        data: &mut got,
+                        scale,
+                        bias,
+                    };
+                    product.run(&mut out, true).unwrap();
+                    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                        let j = i % n;
+                        let mut v = (w as i32 + ibias[j]) as f32 * scale.at(0, j);
+                        if let Some(b) = bias {
+                            v += b.at(0, j);
+                        }
+                        assert_eq!(g, v, "{path:?} {m}x{n}x{k} za {za} element {i}");
+                    }
+                }
+            }
+        }
+    }
+}

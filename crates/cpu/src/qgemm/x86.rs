@@ -201,6 +201,76 @@ unsafe fn tile_vnni_quantized_impl<const ROWS_SIGNED: bool>(
     }
 }
 
+/// A float output block with constants per column: column `j` of the tile goes to
+/// `(acc + add[j]) as f32 * scale[j] + bias[j]` (the product, then the sum, as the epilogue
+/// rounds them), row `i` at `dst + i * ldc`, for the first `rows` rows and `cols` columns.
+pub struct ColumnFloat<'a> {
+    pub add: &'a [i32; VNNI_NR],
+    pub scale: &'a [f32; VNNI_NR],
+    pub bias: Option<&'a [f32; VNNI_NR]>,
+    pub dst: *mut f32,
+    pub ldc: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// [`tile_vnni`] with the float epilogue applied in registers and stored to the output (the
+/// i32 tile's round trip through memory and the generic epilogue cost half as much as the
+/// products for MatMulIntegerToFloat's shallow products).
+///
+/// # Safety
+/// As [`tile_vnni`]'s operands; `q.dst + i * q.ldc` is valid for `q.cols <= 32` floats for
+/// every `i < q.rows <= 8`, and no other thread writes them meanwhile.
+pub unsafe fn tile_vnni_float(
+    rows: &[u8],
+    panel: &[u8],
+    kq: usize,
+    rows_signed: bool,
+    q: &ColumnFloat,
+) {
+    assert!(rows.len() >= kq * VNNI_MR * 4 && panel.len() >= kq * VNNI_NR * 4);
+    assert!(q.rows <= VNNI_MR && q.cols <= VNNI_NR);
+    // SAFETY: as tile_vnni; the output as the caller vouches.
+    unsafe {
+        if rows_signed {
+            tile_vnni_float_impl::<true>(rows.as_ptr(), panel.as_ptr(), kq, q)
+        } else {
+            tile_vnni_float_impl::<false>(rows.as_ptr(), panel.as_ptr(), kq, q)
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_vnni_float_impl<const ROWS_SIGNED: bool>(
+    rows: *const u8,
+    panel: *const u8,
+    kq: usize,
+    q: &ColumnFloat,
+) {
+    let acc = products_vnni::<ROWS_SIGNED>(rows, panel, kq);
+    let masks: [__mmask16; 2] = [
+        ((1u32 << q.cols.min(16)) - 1) as u16,
+        ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
+    ];
+    let half = |h: usize| {
+        (
+            _mm512_loadu_si512(q.add.as_ptr().add(16 * h) as *const __m512i),
+            _mm512_loadu_ps(q.scale.as_ptr().add(16 * h)),
+            q.bias.map(|b| _mm512_loadu_ps(b.as_ptr().add(16 * h))),
+        )
+    };
+    let halves = [half(0), half(1)];
+    for (r, acc) in acc.iter().enumerate().take(q.rows) {
+        for (h, (&v, &(add, scale, bias))) in acc.iter().zip(&halves).enumerate() {
+            let mut f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, add)), scale);
+            if let Some(b) = bias {
+                f = _mm512_add_ps(f, b);
+            }
+            _mm512_mask_storeu_ps(q.dst.add(r * q.ldc + 16 * h), masks[h], f);
+        }
+    }
+}
+
 /// The rows of an indirect tile: row `r`'s depth is `taps` runs of `4 * quads` bytes, run `t`
 /// at `ptrs[r * taps + t]` (a channels-last convolution's patch: each tap's input pixel, or a
 /// run of the zero point), read XORed with `flip` (0x80 turns s8 into u8).
