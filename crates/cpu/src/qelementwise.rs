@@ -2,6 +2,7 @@
 //! (f32 and 8-bit), and MaxPool on 8-bit values (the quantize pass keeps them 8-bit).
 
 use crate::backend::Registry;
+use crate::isa::Isa;
 use crate::pool::AxisPlan;
 use crate::qgemm::requantize;
 use crate::qparams::{qparams, signed};
@@ -299,8 +300,48 @@ unsafe fn min_max_avx2(x: &[f32]) -> (f32, f32) {
 /// reference's f32 arithmetic (so the same scale, zero point and values).
 #[derive(Debug)]
 struct DynamicQuantizeKernel {
-    /// Whether the CPU has AVX2 (the range pass's vector form may run).
-    wide: bool,
+    isa: Isa,
+}
+
+/// `y = saturate(round_half_even(x / scale) + zero)` as u8, DynamicQuantizeLinear's quantizing
+/// pass, in the widest vectors the session's ISA has.
+fn quantize_u8(isa: Isa, x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx512() {
+        // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F/BW/VL/DQ, the only
+        // requirement of the target_feature function, whose body is safe code.
+        return unsafe { quantize_u8_avx512(x, scale, zero, y) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then).
+        return unsafe { quantize_u8_avx2(x, scale, zero, y) };
+    }
+    let _ = isa;
+    quantize_u8_impl(x, scale, zero, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_u8_avx2(x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
+    quantize_u8_impl(x, scale, zero, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2")]
+unsafe fn quantize_u8_avx512(x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
+    quantize_u8_impl(x, scale, zero, y)
+}
+
+#[inline(always)]
+fn quantize_u8_impl(x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
+    let mut v = [0f32; 256];
+    for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
+        let v = &mut v[..x.len()];
+        // A division, as the reference's (a product with the reciprocal rounds differently).
+        v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / scale);
+        requantize(v, zero, 0, 255, false, y);
+    }
 }
 
 impl Kernel for DynamicQuantizeKernel {
@@ -312,7 +353,7 @@ impl Kernel for DynamicQuantizeKernel {
         );
         let (lo, hi) = x
             .par_chunks(CHUNK)
-            .map(|c| min_max(c, self.wide))
+            .map(|c| min_max(c, self.isa.has_avx2()))
             .reduce(|| (0.0, 0.0), |a, b| (a.0.min(b.0), a.1.max(b.1)));
         let range = if hi == lo { 1.0 } else { hi - lo };
         let scale = range / 255.0;
@@ -320,14 +361,7 @@ impl Kernel for DynamicQuantizeKernel {
         let (y, rest) = outputs.split_at_mut(1);
         let y = &mut y[0];
         op_ensure!(y.numel() == x.len(), "output size differs from the input's");
-        let one = |(x, y): (&[f32], &mut [u8])| {
-            let mut v = [0f32; 256];
-            for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
-                let v = &mut v[..x.len()];
-                v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / scale);
-                requantize(v, zero as i32, 0, 255, false, y);
-            }
-        };
+        let one = |(x, y): (&[f32], &mut [u8])| quantize_u8(self.isa, x, scale, zero as i32, y);
         x.par_chunks(CHUNK)
             .zip(y.bytes_mut().par_chunks_mut(CHUNK))
             .for_each(one);
@@ -358,9 +392,7 @@ pub(crate) fn register(r: &mut Registry) {
             if x.dtype != DType::F32 || r.req.outputs.len() != 3 {
                 return Err("needs f32 input".into());
             }
-            Ok(Box::new(DynamicQuantizeKernel {
-                wide: r.cx.isa.has_avx2(),
-            }))
+            Ok(Box::new(DynamicQuantizeKernel { isa: r.cx.isa }))
         },
     );
     r.add::<QuantizeLinear>(
