@@ -398,7 +398,17 @@ fn integer_to_float(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
             }
             (m, Some(bias))
         }
-        (BinaryKind::Mul, _, _) => (i, None),
+        (BinaryKind::Mul, _, _) => {
+            // A bias Add after it takes the whole chain, when it can.
+            let reader = uses.single(*last.outputs.first()?);
+            if reader.is_some_and(|r| {
+                matches!(binary(&g.nodes[r]), Some((BinaryKind::Add, ..)))
+                    && integer_to_float(g, uses, r).is_some()
+            }) {
+                return None;
+            }
+            (i, None)
+        }
         _ => return None,
     };
     let (_, x, y) = binary(&g.nodes[mul_i])?;
@@ -811,6 +821,9 @@ mod tests {
         let ops: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
         let fused = ops.iter().filter(|o| **o == "MatMulIntegerToFloat").count();
         assert_eq!(fused, 2, "{}", opt.to_text());
+        // The first chain's bias Add is inside its MatMulIntegerToFloat; the third's stays.
+        let adds = ops.iter().filter(|o| **o == "Add").count();
+        assert_eq!(adds, 1, "{}", opt.to_text());
         assert_eq!(
             ops.iter().filter(|o| **o == "MatMulInteger").count(),
             1,
