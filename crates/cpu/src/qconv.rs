@@ -106,6 +106,10 @@ thread_local! {
         Default::default();
 }
 
+/// The most bytes of a block's patch matrix (and of its packed panels) in
+/// [`QConvKernel::run_gemm`]: a few L2-sized blocks rather than one the size of the map.
+const GEMM_BLOCK_BYTES: usize = 1 << 20;
+
 thread_local! {
     /// The im2col buffers and packed activations of [`QConvKernel::run_gemm`], reused by
     /// every layer of this thread.
@@ -244,42 +248,51 @@ impl QConvKernel {
         })
     }
 
-    /// The `[C/group * kh * kw, oh * ow]` patch matrix of group `g`'s channels of one image,
-    /// out-of-image taps holding `pad` (the input's zero point, a real 0). Every byte is
-    /// written (the buffer is reused between runs, so it is not cleared first). With a
-    /// horizontal stride, each input row is first split into its `sw` column phases, in
-    /// `phases`, so that every output row's taps are a contiguous run of a phase.
-    fn im2col(&self, x: &[u8], g: usize, pad: u8, buf: &mut Vec<u8>, phases: &mut Vec<u8>) {
+    /// Group `g`'s input planes of one image as `im2col_rows` reads them: as they are, or with
+    /// a horizontal stride, each input row split into its `sw` column phases (in `phases`), so
+    /// that every output row's taps are a contiguous run of a phase.
+    fn phase_split<'a>(&self, x: &'a [u8], g: usize, phases: &'a mut Vec<u8>) -> &'a [u8] {
+        let geo = &self.s.geometry;
+        let (ih, iw, sw) = (geo.input[0], geo.input[1], geo.strides[1]);
+        let cg = self.s.in_channels / self.s.group;
+        let planes = &x[g * cg * ih * iw..(g + 1) * cg * ih * iw];
+        if sw == 1 {
+            return planes;
+        }
+        // Columns per phase of an input row.
+        let pcols = iw.div_ceil(sw);
+        phases.resize(cg * ih * sw * pcols, 0);
+        let split = |(src, dst): (&[u8], &mut [u8])| {
+            for (p, part) in dst.chunks_exact_mut(pcols).enumerate() {
+                for (d, &v) in part.iter_mut().zip(src[p.min(iw)..].iter().step_by(sw)) {
+                    *d = v;
+                }
+            }
+        };
+        let rows = planes
+            .chunks_exact(iw)
+            .zip(phases.chunks_exact_mut(sw * pcols));
+        rows.for_each(split);
+        phases
+    }
+
+    /// The `[C/group * kh * kw, (oy1 - oy0) * ow]` patch matrix of output rows `oy0..oy1`, from
+    /// `source` ([`QConvKernel::phase_split`]'s), out-of-image taps holding `pad` (the input's
+    /// zero point, a real 0). Every byte is written (the buffer is reused between runs and
+    /// blocks, so it is not cleared first).
+    fn im2col_rows(&self, source: &[u8], (oy0, oy1): (usize, usize), pad: u8, buf: &mut Vec<u8>) {
         let geo = &self.s.geometry;
         let (ih, iw) = (geo.input[0], geo.input[1]);
-        let (oh, ow) = (geo.output[0], geo.output[1]);
+        let ow = geo.output[1];
         let (kh, kw) = (geo.kernel[0], geo.kernel[1]);
         let (sh, sw) = (geo.strides[0], geo.strides[1]);
         let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
         let (ph, pw) = (geo.pad_begin[0], geo.pad_begin[1]);
         let cg = self.s.in_channels / self.s.group;
-        let n = oh * ow;
+        let n = (oy1 - oy0) * ow;
         buf.resize(cg * kh * kw * n, pad);
-        // Columns per phase of an input row (the whole row when sw is 1).
+        // An input row's length among the phases (the whole row when sw is 1).
         let pcols = iw.div_ceil(sw);
-        let planes = &x[g * cg * ih * iw..(g + 1) * cg * ih * iw];
-        let source: &[u8] = if sw == 1 {
-            planes
-        } else {
-            phases.resize(cg * ih * sw * pcols, 0);
-            let split = |(src, dst): (&[u8], &mut [u8])| {
-                for (p, part) in dst.chunks_exact_mut(pcols).enumerate() {
-                    for (d, &v) in part.iter_mut().zip(src[p.min(iw)..].iter().step_by(sw)) {
-                        *d = v;
-                    }
-                }
-            };
-            let rows = planes
-                .chunks_exact(iw)
-                .zip(phases.chunks_exact_mut(sw * pcols));
-            rows.for_each(split);
-            phases
-        };
         let line = sw * pcols;
         // Row r of the patch matrix: channel r / (kh kw) of the group, tap (r / kw % kh, r % kw).
         let fill = |(r, dst): (usize, &mut [u8])| {
@@ -292,16 +305,18 @@ impl QConvKernel {
             // Input column of output lo, and where that column sits among the phases.
             let first = (lo * sw + off).saturating_sub(pw);
             let at = first % sw * pcols + first / sw;
-            // Output rows whose tap row is inside the image: oy in [top, bottom).
-            let top = ph.saturating_sub(ki * dh).div_ceil(sh).min(oh);
+            // Output rows of the block whose tap row is inside the image: oy in [top, bottom),
+            // at `(oy - oy0) * ow` in `dst`.
+            let top = ph.saturating_sub(ki * dh).div_ceil(sh).clamp(oy0, oy1);
             let bottom = (ih + ph)
                 .saturating_sub(ki * dh)
                 .div_ceil(sh)
-                .clamp(top, oh);
-            dst[..top * ow].fill(pad);
-            dst[bottom * ow..].fill(pad);
+                .clamp(top, oy1);
+            let (t, b) = ((top - oy0) * ow, (bottom - oy0) * ow);
+            dst[..t].fill(pad);
+            dst[b..].fill(pad);
             if lo == hi || top == bottom {
-                dst[top * ow..bottom * ow].fill(pad);
+                dst[t..b].fill(pad);
                 return;
             }
             let iy = |oy: usize| oy * sh + ki * dh - ph;
@@ -311,15 +326,15 @@ impl QConvKernel {
                 // set to the pad, column by column (strided stores, not a memset call per row).
                 let from = iy(top) * line + at;
                 let len = (bottom - top - 1) * ow + hi - lo;
-                dst[top * ow + lo..][..len].copy_from_slice(&plane[from..from + len]);
+                dst[t + lo..][..len].copy_from_slice(&plane[from..from + len]);
                 for j in (0..lo).chain(hi..ow) {
                     for oy in top..bottom {
-                        dst[oy * ow + j] = pad;
+                        dst[(oy - oy0) * ow + j] = pad;
                     }
                 }
                 return;
             }
-            for (oy, out) in dst.chunks_exact_mut(ow).enumerate().take(bottom).skip(top) {
+            for (oy, out) in (top..bottom).zip(dst[t..b].chunks_exact_mut(ow)) {
                 out[..lo].fill(pad);
                 out[lo..hi].copy_from_slice(&plane[iy(oy) * line + at..][..hi - lo]);
                 out[hi..].fill(pad);
@@ -341,6 +356,17 @@ impl QConvKernel {
         let (cg, mg) = (s.in_channels / s.group, s.out_channels / s.group);
         let x_zero = flipped_zero(self.x.zero[0], self.x.signed, false);
         let (lo, hi) = range(self.y.signed);
+        // The output is made a block of columns at a time (whole output rows where a patch
+        // matrix is built), each block's patch matrix and packed panels within about
+        // `GEMM_BLOCK_BYTES`: a whole 320 x 320 map's were 22 MB apiece in ppocrv4_det.
+        let unit = if pointwise { 1 } else { s.geometry.output[1] };
+        let units = out_plane / unit.max(1);
+        let k = groups.first().map_or(0, |r| r.k());
+        let per_block = if pointwise {
+            (GEMM_BLOCK_BYTES / k.max(1)).next_multiple_of(64)
+        } else {
+            (GEMM_BLOCK_BYTES / (k * unit).max(1)).max(1)
+        };
         // This thread's patch matrix and phase-split input, kept between runs (fresh pages
         // for a megabyte-sized buffer every run cost more than filling it).
         let (mut buf, mut phases, mut packed) =
@@ -349,44 +375,52 @@ impl QConvKernel {
             let xb = &x[b * s.in_channels * in_plane..(b + 1) * s.in_channels * in_plane];
             let yb = &mut y[b * s.out_channels * out_plane..(b + 1) * s.out_channels * out_plane];
             for (g, rows) in groups.iter().enumerate() {
-                let k = rows.k();
-                let src = if pointwise {
+                let source = if pointwise {
                     &xb[g * cg * in_plane..(g + 1) * cg * in_plane]
                 } else {
-                    self.im2col(xb, g, self.x.zero[0] as u8, &mut buf, &mut phases);
-                    &buf[..]
+                    self.phase_split(xb, g, &mut phases)
                 };
-                let panels = Packed::activation_panels(
-                    self.path,
-                    src,
-                    k,
-                    out_plane,
-                    out_plane,
-                    flip(self.x.signed, false),
-                    self.w_zero.iter().any(|&z| z != 0),
-                    std::mem::take(&mut packed),
-                )?;
-                let chans = g * mg..(g + 1) * mg;
-                Product {
-                    rows,
-                    panels: &panels,
-                    rows_zero: Axis::Rows(&self.w_zero[chans.clone()]),
-                    panels_zero: Axis::All(x_zero),
-                    bias: Some(Axis::Rows(&self.bias[chans.clone()])),
-                    ldc: out_plane,
+                for u0 in (0..units).step_by(per_block.max(1)) {
+                    let u1 = (u0 + per_block).min(units);
+                    let (c0, n) = (u0 * unit, (u1 - u0) * unit);
+                    let (src, ld) = if pointwise {
+                        (&source[c0..], in_plane)
+                    } else {
+                        self.im2col_rows(source, (u0, u1), self.x.zero[0] as u8, &mut buf);
+                        (&buf[..], n)
+                    };
+                    let panels = Packed::activation_panels(
+                        self.path,
+                        src,
+                        k,
+                        n,
+                        ld,
+                        flip(self.x.signed, false),
+                        self.w_zero.iter().any(|&z| z != 0),
+                        std::mem::take(&mut packed),
+                    )?;
+                    let chans = g * mg..(g + 1) * mg;
+                    Product {
+                        rows,
+                        panels: &panels,
+                        rows_zero: Axis::Rows(&self.w_zero[chans.clone()]),
+                        panels_zero: Axis::All(x_zero),
+                        bias: Some(Axis::Rows(&self.bias[chans.clone()])),
+                        ldc: out_plane,
+                    }
+                    .run(
+                        &mut Out::Quantized {
+                            data: &mut yb[chans.start * out_plane + c0..chans.end * out_plane],
+                            signed: self.y.signed,
+                            scale: Axis::Rows(&self.mult[chans]),
+                            zero_point: self.y.zero[0],
+                            lo,
+                            hi,
+                        },
+                        true,
+                    )?;
+                    packed = panels.into_storage();
                 }
-                .run(
-                    &mut Out::Quantized {
-                        data: &mut yb[chans.start * out_plane..chans.end * out_plane],
-                        signed: self.y.signed,
-                        scale: Axis::Rows(&self.mult[chans]),
-                        zero_point: self.y.zero[0],
-                        lo,
-                        hi,
-                    },
-                    true,
-                )?;
-                packed = panels.into_storage();
             }
         }
         crate::scratch::with_taken(&IM2COL_SCRATCH, |s| *s = (buf, phases, packed));

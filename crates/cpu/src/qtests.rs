@@ -305,6 +305,38 @@ fn qlinear_conv_matches_reference() {
     assert!(names.iter().any(|n| n == "cpu.qconv.depthwise"));
 }
 
+/// Channels-first GEMM convolutions over maps whose patch matrix (or pointwise input) is
+/// made in several column blocks of whole output rows, the last one partial: a 3x3 "same"
+/// convolution, a strided one (its phase-split rows) and a pointwise one.
+#[test]
+fn qlinear_conv_in_blocks_matches_reference() {
+    let mut rng = Rng(5);
+    let mut names = Vec::new();
+    let big = [
+        Case {
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 16, 130, 140], &[2, 16, 3, 3])
+        },
+        Case {
+            strides: &[2, 2],
+            pads: &[1, 0, 1, 1],
+            ..case(&[1, 24, 200, 210], &[3, 24, 3, 3])
+        },
+        case(&[1, 32, 180, 190], &[5, 32, 1, 1]),
+    ];
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            for (ci, c) in big.iter().enumerate() {
+                for dtypes in CONV_DTYPES {
+                    let ins = conv_inputs(&mut rng, ci, c, dtypes);
+                    names.push(check_q(op(c), &ins, &CONV_CONSTANT));
+                }
+            }
+        });
+    }
+    assert!(names.iter().all(|n| n == "cpu.qconv.gemm"), "{names:?}");
+}
+
 #[test]
 fn qlinear_conv_channels_last_matches_reference() {
     use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
