@@ -36,6 +36,9 @@ struct Profile {
 }
 
 pub fn bench(a: &BenchArgs) -> Result<()> {
+    // What the process holds before the model: its code, libraries and runtime, which the
+    // session's own memory is measured above.
+    let before = rss_bytes("VmRSS:");
     let t0 = Instant::now();
     let session = Session::from_path(a.model, a.options.clone())?;
     let load = t0.elapsed();
@@ -58,7 +61,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         session.run(&named)?;
     }
     if a.serve {
-        return serve(&session, &named, load, prerun, &memory, flops);
+        return serve(&session, &named, (load, prerun), before, &memory, flops);
     }
 
     let bar = std::io::stderr().is_terminal() && !a.json;
@@ -112,6 +115,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let stats = Stats::of(&times).ok_or_else(|| Error::Other("no timed runs".into()))?;
     let rss = peak_rss_bytes();
     let report = Report {
+        before,
         model: a.model,
         threads: session.threads(),
         isa: session.isa().name(),
@@ -149,10 +153,16 @@ fn draw_bar(fraction: f64, runs: usize, last: Option<Duration>) {
 
 /// Peak resident set size of this process (VmHWM), where the OS tells it.
 pub fn peak_rss_bytes() -> Option<u64> {
+    rss_bytes("VmHWM:")
+}
+
+/// A size line of `/proc/self/status` (`VmHWM:` the peak resident set, `VmRSS:` the
+/// current one), in bytes, on Linux.
+fn rss_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line
-        .trim_start_matches("VmHWM:")
+        .trim_start_matches(field)
         .trim()
         .trim_end_matches("kB")
         .trim()
@@ -267,6 +277,8 @@ struct Report<'a> {
     prerun: Duration,
     first: Duration,
     stats: Stats,
+    /// The resident set before loading the model, and the peak.
+    before: Option<u64>,
     rss: Option<u64>,
     memory: MemoryStats,
     flops: u64,
@@ -315,10 +327,16 @@ impl Report<'_> {
         let _ = writeln!(
             o,
             "memory   peak RSS {}",
-            self.rss.map_or_else(
-                || "n/a (read from /proc/self/status, only on Linux)".to_string(),
-                mb
-            )
+            match (self.rss, self.before) {
+                (Some(peak), Some(before)) => format!(
+                    "{} ({} above the {} the process held before loading the model)",
+                    mb(peak),
+                    mb(peak.saturating_sub(before)),
+                    mb(before)
+                ),
+                (Some(peak), None) => mb(peak),
+                _ => "n/a (read from /proc/self/status, only on Linux)".to_string(),
+            }
         );
         let _ = writeln!(o, "         {}", memory_text(&self.memory));
         if let Some(p) = &self.profile {
@@ -372,8 +390,8 @@ impl Report<'_> {
         let mut o = format!(
             "{{\"model\":{},\"threads\":{},\"isa\":{},\"load_ms\":{:.6},\"prerun_ms\":{:.6},\
              \"first_run_ms\":{:.6},\"runs\":{},\"latency_ms\":{{\"min\":{:.6},\"median\":{:.6},\
-             \"mean\":{:.6},\"p90\":{:.6},\"max\":{:.6}}},\"peak_rss_bytes\":{},\"flops\":{},\
-             \"memory\":{}",
+             \"mean\":{:.6},\"p90\":{:.6},\"max\":{:.6}}},\"peak_rss_bytes\":{},\"baseline_rss_bytes\":{},\
+             \"flops\":{},\"memory\":{}",
             json_str(&self.model.display().to_string()),
             self.threads,
             json_str(self.isa),
@@ -387,6 +405,7 @@ impl Report<'_> {
             s.p90,
             s.max,
             self.rss.map_or("null".to_string(), |b| b.to_string()),
+            self.before.map_or("null".to_string(), |b| b.to_string()),
             self.flops,
             memory_json(&self.memory)
         );
@@ -439,14 +458,15 @@ fn clip(s: &str, n: usize) -> String {
 }
 
 /// A persistent benchmark process for scripts (hidden `--serve`): prints one JSON line when
-/// ready, then answers each stdin line `run K` with the K run times, `rss` with the peak RSS;
+/// ready (with the resident set before loading), then answers each stdin line `run K` with
+/// the K run times, `rss` with the peak RSS;
 /// `quit` or the end of input stops it. Timing stays inside the process, so the pipe costs
 /// nothing that is measured.
 fn serve(
     session: &Session,
     named: &[(&str, Tensor)],
-    load: Duration,
-    prerun: Duration,
+    (load, prerun): (Duration, Duration),
+    before: Option<u64>,
     memory: &MemoryStats,
     flops: u64,
 ) -> Result<()> {
@@ -458,11 +478,13 @@ fn serve(
             .map_err(|e| Error::Other(format!("stdout: {e}")))
     };
     say(format!(
-        "{{\"ready\":true,\"threads\":{},\"load_ms\":{:.6},\"prerun_ms\":{:.6},\"flops\":{},\"memory\":{}}}",
+        "{{\"ready\":true,\"threads\":{},\"load_ms\":{:.6},\"prerun_ms\":{:.6},\"flops\":{},\
+         \"baseline_rss_bytes\":{},\"memory\":{}}}",
         session.threads(),
         ms(load),
         ms(prerun),
         flops,
+        before.map_or("null".to_string(), |b| b.to_string()),
         memory_json(memory)
     ))?;
     for line in std::io::stdin().lock().lines() {
