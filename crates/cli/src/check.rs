@@ -9,6 +9,7 @@ use std::process::ExitCode;
 #[derive(Debug)]
 pub struct Comparison {
     pub max_abs: f64,
+    /// Over the values whose reference is not 0.
     pub max_rel: f64,
     pub passed: bool,
     pub note: String,
@@ -48,10 +49,10 @@ pub fn compare(actual: &Tensor, expected: &Tensor, atol: f64, rtol: f64) -> Comp
         let d = (x - y).abs();
         let d = if d.is_nan() { f64::INFINITY } else { d };
         max_abs = max_abs.max(d);
+        // Where the reference is 0 the relative difference is infinite whatever the error:
+        // the absolute one covers those values.
         if y != 0.0 {
             max_rel = max_rel.max(d / y.abs());
-        } else {
-            max_rel = f64::INFINITY.min(max_rel.max(d / f64::MIN_POSITIVE));
         }
         if d > atol + rtol * y.abs() {
             bad += 1;
@@ -327,5 +328,14 @@ mod tests {
         assert!(!compare(&s, &e, 1e-4, 1e-4).passed);
         let i = Tensor::from_vec(&[3], vec![1i64, 100, 0]).unwrap();
         assert!(!compare(&i, &e, 1e-4, 1e-4).passed);
+    }
+
+    #[test]
+    fn relative_difference_skips_zero_references() {
+        let e = Tensor::from_vec(&[3], vec![0.0f32, 2.0, -4.0]).unwrap();
+        let a = Tensor::from_vec(&[3], vec![0.5f32, 2.5, -4.0]).unwrap();
+        let c = compare(&a, &e, 1.0, 0.0);
+        assert!(c.passed);
+        assert_eq!((c.max_abs, c.max_rel), (0.5, 0.25));
     }
 }
