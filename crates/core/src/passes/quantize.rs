@@ -9,7 +9,10 @@
 //!   column) become com.microsoft QGemm;
 //! - MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze and Concat whose DQ'd inputs and
 //!   Q'd output share one scale and zero point run on the 8-bit values directly (they only
-//!   move or select values, and a monotone quantization commutes with max).
+//!   move or select values, and a monotone quantization commutes with max);
+//! - a Concat whose DQ'd inputs are quantized otherwise becomes com.microsoft QLinearConcat,
+//!   which requantizes each input with the same f32 arithmetic as DQ -> Q (so the same
+//!   values), and keeps the joined tensor 8-bit.
 //!
 //! A dynamically quantized MatMul (onnxruntime's `quantize_dynamic`: MatMulInteger, Cast to
 //! float, Mul by the product of the scales, then often Add of a per-column bias) becomes one
@@ -37,7 +40,7 @@ use crate::ops::linalg::matmul::MatMul;
 use crate::ops::linalg::matmul::MatMulInteger;
 use crate::ops::nn::pool::{Pool, PoolKind};
 use crate::ops::quant::MatMulIntegerToFloat;
-use crate::ops::quant::{DequantizeLinear, QGemm, QLinearConv, QuantizeLinear};
+use crate::ops::quant::{DequantizeLinear, QGemm, QLinearConcat, QLinearConv, QuantizeLinear};
 use crate::ops::shape::concat::Concat;
 use crate::ops::shape::flatten::Flatten;
 use crate::ops::shape::reshape::Reshape;
@@ -54,7 +57,7 @@ impl Pass for Quantize {
     }
 
     fn description(&self) -> &'static str {
-        "run DequantizeLinear -> op -> QuantizeLinear islands as integer ops (Conv as QLinearConv, MatMul and Gemm as QGemm), keep 8-bit values through MaxPool, Reshape, Transpose, Concat, ... where the scales agree, then fold the dequantization of constants that stay float; MatMulInteger -> Cast -> Mul (-> Add) as MatMulIntegerToFloat"
+        "run DequantizeLinear -> op -> QuantizeLinear islands as integer ops (Conv as QLinearConv, MatMul and Gemm as QGemm), keep 8-bit values through MaxPool, Reshape, Transpose, Concat, ... where the scales agree (Concat as QLinearConcat where they do not), then fold the dequantization of constants that stay float; MatMulInteger -> Cast -> Mul (-> Add) as MatMulIntegerToFloat"
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
@@ -343,6 +346,30 @@ fn passthrough(g: &Graph, p: &Node, y: &Quantized) -> Option<(Arc<dyn Op>, Vec<A
     Some((p.op.clone(), inputs))
 }
 
+/// A Concat of per-tensor DQ'd 8-bit inputs (of the output's type) as QLinearConcat: each
+/// input is requantized to the output's scale and zero point as DQ -> Q would.
+fn concat_island(
+    g: &Graph,
+    p: &Node,
+    c: &Concat,
+    y: &Quantized,
+) -> Option<(Arc<dyn Op>, Vec<Arg>)> {
+    let dtype = |v: ValueId| g.value(v).info.as_ref().map(|i| i.dtype);
+    let mut inputs = vec![Arg::Value(y.scale), Arg::Value(y.zero?)];
+    for v in &p.inputs {
+        let x = dequantized(g, (*v)?)?;
+        if dtype(x.value)? != dtype(y.value)? {
+            return None;
+        }
+        inputs.extend([
+            Arg::Value(x.value),
+            Arg::Value(x.scale),
+            Arg::Value(x.zero?),
+        ]);
+    }
+    Some((Arc::new(QLinearConcat { axis: c.axis }), inputs))
+}
+
 fn matcher(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
     if let Some(r) = integer_to_float(g, uses, i) {
         return Some(r);
@@ -362,6 +389,8 @@ fn matcher(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
         gemm_island(g, p, None, &y)?
     } else if let Some(gm) = any.downcast_ref::<Gemm>() {
         gemm_island(g, p, Some(gm), &y)?
+    } else if let Some(c) = any.downcast_ref::<Concat>() {
+        passthrough(g, p, &y).or_else(|| concat_island(g, p, c, &y))?
     } else {
         passthrough(g, p, &y)?
     };
@@ -721,6 +750,52 @@ mod tests {
                 && ops.iter().filter(|o| **o == "DequantizeLinear").count() == 2,
             "{ops:?}"
         );
+    }
+
+    /// Two inputs quantized with other scales and zero points than the Concat's output (as
+    /// squeezenet1_1's QDQ fire modules): QLinearConcat, with exactly the float simulation's
+    /// values, over values spread across both inputs' ranges.
+    #[test]
+    fn concat_of_other_scales_becomes_qlinear_concat() {
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let parts: Vec<ValueId> = [(0.03f32, 5i8), (0.011, -7)]
+            .iter()
+            .enumerate()
+            .map(|(k, &(s, z))| {
+                let name = format!("in{k}");
+                let xq = q(&mut g, &name, x, s, z);
+                dq(&mut g, &name, xq, Tensor::scalar(s), Tensor::scalar(z), 1)
+            })
+            .collect();
+        let cat = Arc::new(Concat { axis: 1 });
+        let c = g
+            .add_op("cat", cat, parts.into_iter().map(Some).collect(), 1)
+            .unwrap()[0];
+        let cq = q(&mut g, "cat", c, 0.02, -3);
+        let y = dq(
+            &mut g,
+            "cat",
+            cq,
+            Tensor::scalar(0.02f32),
+            Tensor::scalar(-3i8),
+            1,
+        );
+        g.outputs.push(y);
+        let x = data(&[1, 2, 7, 9], 3.0);
+        let all: Vec<String> = default_pipeline()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        let (_, want) = run(&g, &x, &all);
+        let (opt, got) = run(&g, &x, &[]);
+        let ops: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
+        assert!(ops.contains(&"QLinearConcat"), "{}", opt.to_text());
+        assert!(!ops.contains(&"Concat"), "{ops:?}");
+        let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+        assert_eq!(g, w);
+        assert!(w.iter().any(|&v| v > 1.0) && w.iter().any(|&v| v < -1.0));
     }
 
     /// onnxruntime's dynamic quantization of a MatMul: DynamicQuantizeLinear, MatMulInteger,
