@@ -710,7 +710,6 @@ impl Product<'_> {
     unsafe fn tile_quantized(&self, ib: usize, jp: usize, f: &Fused) {
         let (r, p) = (self.rows, self.panels);
         let (mr, nr) = r.path.tile();
-        let kq = r.k.div_ceil(4);
         let (m0, n0) = (ib * mr, jp * nr);
         let rows = (r.len - m0).min(mr);
         // Row i's bias with the zero-point correction, and its scale.
@@ -732,8 +731,7 @@ impl Product<'_> {
             rows,
             cols: (p.len - n0).min(nr),
         };
-        let rb = &r.bytes[ib * kq * mr * 4..][..kq * mr * 4];
-        let pb = &p.bytes[jp * kq * nr * 4..][..kq * nr * 4];
+        let (rb, pb, kq) = self.quad_blocks(ib, jp);
         // SAFETY: the Avx512Vnni path exists only on CPUs with AVX-512 VNNI; the output rows
         // are this task's (the caller's contract).
         unsafe { x86::tile_vnni_quantized(rb, pb, kq, r.signed, &q) };
@@ -794,7 +792,6 @@ impl Product<'_> {
     unsafe fn tile_float(&self, ib: usize, jp: usize, f: &FusedFloat) {
         let (r, p) = (self.rows, self.panels);
         let (mr, nr) = r.path.tile();
-        let kq = r.k.div_ceil(4);
         let (m0, n0) = (ib * mr, jp * nr);
         // This panel's columns of the per-column constants.
         let add: &[i32; x86::VNNI_NR] = f.add[n0..n0 + nr].try_into().expect("a panel");
@@ -813,11 +810,21 @@ impl Product<'_> {
             rows: (r.len - m0).min(mr),
             cols: (p.len - n0).min(nr),
         };
-        let rb = &r.bytes[ib * kq * mr * 4..][..kq * mr * 4];
-        let pb = &p.bytes[jp * kq * nr * 4..][..kq * nr * 4];
+        let (rb, pb, kq) = self.quad_blocks(ib, jp);
         // SAFETY: the Avx512Vnni path exists only on CPUs with AVX-512 VNNI; the output rows
         // are this task's (the caller's contract).
         unsafe { x86::tile_vnni_float(rb, pb, kq, r.signed, &q) };
+    }
+
+    /// Rows block `ib` and panel `jp` of the `Quad` layout, and their depth in quads.
+    fn quad_blocks(&self, ib: usize, jp: usize) -> (&[u8], &[u8], usize) {
+        let (mr, nr) = self.rows.path.tile();
+        let kq = self.rows.k.div_ceil(4);
+        (
+            &self.rows.bytes[ib * kq * mr * 4..][..kq * mr * 4],
+            &self.panels.bytes[jp * kq * nr * 4..][..kq * nr * 4],
+            kq,
+        )
     }
 
     /// The raw i32 tile (rows block `ib`, panel `jp`), `mr x nr`, row stride `nr`.
@@ -826,9 +833,7 @@ impl Product<'_> {
         let (mr, nr) = r.path.tile();
         match r.path.group() {
             Group::Quad => {
-                let kq = r.k.div_ceil(4);
-                let rb = &r.bytes[ib * kq * mr * 4..][..kq * mr * 4];
-                let pb = &p.bytes[jp * kq * nr * 4..][..kq * nr * 4];
+                let (rb, pb, kq) = self.quad_blocks(ib, jp);
                 match r.path {
                     #[cfg(target_arch = "x86_64")]
                     QPath::Avx512Vnni => x86::tile_vnni(rb, pb, kq, r.signed, tile),
