@@ -664,28 +664,38 @@ mod tests {
         g
     }
 
-    fn run(g: &Graph, x: &Tensor, disabled: &[String]) -> (Graph, Tensor) {
+    /// The graph after the default pipeline less `disabled`, and its outputs on `x`.
+    fn run_all(g: &Graph, x: &Tensor, disabled: &[String]) -> (Graph, Vec<Tensor>) {
         let mut g = g.clone();
         let dynamic =
             optimize(&mut g, &[TensorInfo::of(x)], &default_pipeline(), disabled).unwrap();
-        let y = Plan::build(&g, &dynamic, None)
-            .unwrap()
-            .run(&[x])
-            .unwrap()
-            .remove(0);
-        (g, y)
+        let ys = Plan::build(&g, &dynamic, None).unwrap().run(&[x]).unwrap();
+        (g, ys)
+    }
+
+    fn run(g: &Graph, x: &Tensor, disabled: &[String]) -> (Graph, Tensor) {
+        let (g, mut ys) = run_all(g, x, disabled);
+        (g, ys.remove(0))
+    }
+
+    /// The outputs on `x` with every pass disabled (the float simulation), then the graph
+    /// after every pass and its outputs.
+    fn plain_and_optimized(g: &Graph, x: &Tensor) -> (Vec<Tensor>, Graph, Vec<Tensor>) {
+        let all: Vec<String> = default_pipeline()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        let (_, want) = run_all(g, x, &all);
+        let (opt, got) = run_all(g, x, &[]);
+        (want, opt, got)
     }
 
     #[test]
     fn qdq_islands_become_integer_ops_with_the_same_results() {
         let g = qdq_graph();
         let x = data(&[1, 2, 8, 8], 2.0);
-        let all: Vec<String> = default_pipeline()
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
-        let (_, want) = run(&g, &x, &all);
-        let (opt, got) = run(&g, &x, &[]);
+        let (want, opt, got) = plain_and_optimized(&g, &x);
+        let (want, got) = (&want[0], &got[0]);
         let ops: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
         assert_eq!(
             ops,
@@ -784,12 +794,8 @@ mod tests {
         );
         g.outputs.push(y);
         let x = data(&[1, 2, 7, 9], 3.0);
-        let all: Vec<String> = default_pipeline()
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
-        let (_, want) = run(&g, &x, &all);
-        let (opt, got) = run(&g, &x, &[]);
+        let (want, opt, got) = plain_and_optimized(&g, &x);
+        let (want, got) = (&want[0], &got[0]);
         let ops: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
         assert!(ops.contains(&"QLinearConcat"), "{}", opt.to_text());
         assert!(!ops.contains(&"Concat"), "{ops:?}");
@@ -872,27 +878,7 @@ mod tests {
             }
         }
         let x_val = data(&[3, 6], 1.5);
-        let all: Vec<String> = default_pipeline()
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
-        let outputs = |g: &Graph, disabled: &[String]| {
-            let mut g = g.clone();
-            let dynamic = optimize(
-                &mut g,
-                &[TensorInfo::of(&x_val)],
-                &default_pipeline(),
-                disabled,
-            )
-            .unwrap();
-            let ys = Plan::build(&g, &dynamic, None)
-                .unwrap()
-                .run(&[&x_val])
-                .unwrap();
-            (g, ys)
-        };
-        let (_, want) = outputs(&g, &all);
-        let (opt, got) = outputs(&g, &[]);
+        let (want, opt, got) = plain_and_optimized(&g, &x_val);
         let ops: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
         let fused = ops.iter().filter(|o| **o == "MatMulIntegerToFloat").count();
         assert_eq!(fused, 2, "{}", opt.to_text());
