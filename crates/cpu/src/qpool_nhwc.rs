@@ -99,18 +99,17 @@ impl QMaxPoolNhwc {
         let flip = self.flip;
         // The window's taps that are inside the image (a window wholly in the padding is not
         // possible with pads smaller than the kernel).
-        let rows: Vec<usize> = (0..self.gh.kernel)
-            .map(|kh| self.gh.tap(oy, kh))
-            .filter(|&iy| iy >= 0 && iy < ih as i64)
-            .map(|iy| iy as usize)
-            .collect();
+        let rows = (0..self.gh.kernel)
+            .map(move |kh| self.gh.tap(oy, kh))
+            .filter(move |&iy| iy >= 0 && iy < ih as i64)
+            .map(|iy| iy as usize);
         for (ox, dst) in out.chunks_exact_mut(c.max(1)).enumerate() {
             let taps = || {
                 let cols = (0..self.gw.kernel)
                     .map(move |kw| self.gw.tap(ox, kw))
                     .filter(|&ix| ix >= 0 && ix < iw as i64);
-                rows.iter()
-                    .flat_map(move |&iy| cols.clone().map(move |ix| (iy * iw + ix as usize) * c))
+                rows.clone()
+                    .flat_map(move |iy| cols.clone().map(move |ix| (iy * iw + ix as usize) * c))
             };
             // Whole blocks in registers across the taps; 0 is the smallest value once flipped.
             let whole = c / BLOCK * BLOCK;
