@@ -748,6 +748,9 @@ impl Session {
     /// Runs `f` on the session's thread pool.
     fn in_pool<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         match &self.pool {
+            Some(pool) if pool.current_num_threads() > 1 => {
+                pool.install(|| with_workers_polling(f))
+            }
             Some(pool) => pool.install(f),
             None => f(),
         }
@@ -886,6 +889,53 @@ fn pin_to_cpu(index: usize) {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn pin_to_cpu(_index: usize) {}
 
+/// Runs `f` on the current pool thread while the pool's other workers poll for its parallel
+/// work instead of going to sleep.
+///
+/// A plan is a chain of short kernels, each split over the threads. Idle rayon workers sleep
+/// after a few dozen yields, and waking one costs a futex call and an inter-processor interrupt
+/// (tens of microseconds in a virtual machine), paid again by every kernel: on small models at
+/// 2 threads that cost more than the second thread gained. Polling for the length of one run,
+/// as onnxruntime's pool spins, keeps the hand-off at a cache miss. After a while without work
+/// a poller yields its CPU at each poll, so a run that leaves the workers idle (a long serial
+/// kernel) does not take the CPU from other processes.
+fn with_workers_polling<T>(f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Polls without a system call before yielding the CPU at each poll.
+    const BUSY_POLLS: u32 = 1 << 14;
+    let done = AtomicBool::new(false);
+    let runner = rayon::current_thread_index();
+    rayon::in_place_scope(|scope| {
+        scope.spawn_broadcast(|_, ctx| {
+            // The runner's own copy returns at once: it is busy running `f`, and polling there
+            // would never return.
+            if Some(ctx.index()) == runner {
+                return;
+            }
+            let mut idle = 0u32;
+            while !done.load(Ordering::Acquire) {
+                match rayon::yield_now() {
+                    Some(rayon::Yield::Executed) => idle = 0,
+                    _ if idle < BUSY_POLLS => {
+                        idle += 1;
+                        std::hint::spin_loop();
+                    }
+                    _ => std::thread::yield_now(),
+                }
+            }
+        });
+        // Set on drop, so that the pollers stop even when `f` panics (the scope waits for them).
+        struct Finish<'a>(&'a AtomicBool);
+        impl Drop for Finish<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let _finish = Finish(&done);
+        f()
+    })
+}
+
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use super::*;
@@ -914,5 +964,44 @@ mod tests {
                 .with_thread_pinning(false)
                 .pin_threads
         );
+    }
+}
+
+#[cfg(test)]
+mod polling_tests {
+    use super::with_workers_polling;
+    use rayon::prelude::*;
+
+    fn pool() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap()
+    }
+
+    /// Parallel work inside a polled run completes with the right result, run after run.
+    #[test]
+    fn polled_runs_share_their_work() {
+        let pool = pool();
+        for round in 0..50u64 {
+            let sum: u64 = pool.install(|| {
+                with_workers_polling(|| (0..100_000u64).into_par_iter().map(|v| v ^ round).sum())
+            });
+            let want: u64 = (0..100_000u64).map(|v| v ^ round).sum();
+            assert_eq!(sum, want);
+        }
+    }
+
+    /// A panic in the run reaches the caller: the pollers stop instead of holding the scope.
+    #[test]
+    fn a_panicking_run_releases_the_pollers() {
+        let pool = pool();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install(|| with_workers_polling(|| panic!("kernel failed")))
+        }));
+        assert!(caught.is_err());
+        // The pool still serves runs afterwards.
+        let n: usize = pool.install(|| with_workers_polling(|| (0..1000).into_par_iter().count()));
+        assert_eq!(n, 1000);
     }
 }
