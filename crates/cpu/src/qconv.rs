@@ -184,7 +184,9 @@ impl QConvKernel {
                 })
                 .collect();
             let plane: usize = xi.shape[2..].iter().product::<usize>().max(1);
+            // At least eight chunks where the channels allow, so that threads share a layer.
             let per = (DEPTHWISE_CHUNK_VALUES / plane)
+                .min(m.div_ceil(8))
                 .next_multiple_of(8)
                 .clamp(8, m.max(8));
             let mut chunks = Vec::new();
@@ -428,56 +430,87 @@ impl QConvKernel {
     }
 
     fn run_depthwise(&self, chunks: &[DepthwiseChunk], x: &[u8], y: &mut [u8]) -> OpResult<()> {
-        let in_plane: usize = self.x_shape[2..].iter().product();
         let out_plane: usize = self.y_shape[2..].iter().product();
         let channels = self.s.out_channels;
+        op_ensure!(
+            y.len() == self.s.batch * channels * out_plane,
+            "depthwise output does not match the kernel"
+        );
+        let work = y.len() * self.s.geometry.kernel.iter().product::<usize>();
+        // Every (image, chunk) pair writes its own channels' planes.
+        let mut tasks = Vec::with_capacity(self.s.batch * chunks.len());
+        for (b, mut image) in y.chunks_mut((channels * out_plane).max(1)).enumerate() {
+            for ch in chunks {
+                let (dst, rest) = image.split_at_mut(ch.count * out_plane);
+                tasks.push((b, ch, dst));
+                image = rest;
+            }
+        }
+        let parallel = rayon::current_num_threads() > 1 && tasks.len() > 1;
+        if parallel && work >= crate::fast::PAR_MIN {
+            tasks
+                .into_par_iter()
+                .try_for_each(|(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst))
+        } else {
+            let run = |(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst);
+            tasks.into_iter().try_for_each(run)
+        }
+    }
+
+    /// Channels `ch` of image `b`: converts them to f32, runs the f32 kernel and requantizes
+    /// its sums into `dst`.
+    fn depthwise_chunk(
+        &self,
+        b: usize,
+        ch: &DepthwiseChunk,
+        x: &[u8],
+        dst: &mut [u8],
+    ) -> OpResult<()> {
+        let in_plane: usize = self.x_shape[2..].iter().product();
+        let out_plane: usize = self.y_shape[2..].iter().product();
         let (xz, signed, avx2) = (self.x.zero[0], self.x.signed, self.path != QPath::Portable);
         let (lo, hi) = range(self.y.signed);
         let q = (self.y.zero[0], lo, hi, self.y.signed);
         // This thread's buffers, shared by every depthwise layer and kept between runs.
-        let [mut xs, mut accs] = crate::scratch::with_taken(&DEPTHWISE_SCRATCH, std::mem::take);
-        for b in 0..self.s.batch {
-            for ch in chunks {
-                let x_shape = [&[1, ch.count][..], &self.x_shape[2..]].concat();
-                let y_shape = [&[1, ch.count][..], &self.y_shape[2..]].concat();
-                let mut xt = Tensor::with_storage(DType::F32, &x_shape, xs.take())?;
-                let acc = Tensor::with_storage(DType::F32, &y_shape, accs.take())?;
-                let base = b * channels + ch.first;
-                let src = &x[base * in_plane..(base + ch.count) * in_plane];
-                let xf = xt.as_mut_slice::<f32>()?;
-                #[cfg(target_arch = "x86_64")]
-                if self.avx512 {
-                    // SAFETY: an Avx512 session runs only on CPUs with AVX-512F and BW.
-                    unsafe { avx512::centered(src, signed, xz, xf) };
-                } else {
-                    centered(src, signed, xz, xf, avx2);
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                centered(src, signed, xz, xf, avx2);
-                let mut outs = [acc];
-                ch.kernel
-                    .run(&[Some(&xt), Some(&ch.weights), None], &mut outs)?;
-                let [acc] = outs;
-                let sums = acc.as_slice::<f32>()?;
-                let dst = &mut y[base * out_plane..(base + ch.count) * out_plane];
-                let planes = dst
-                    .chunks_mut(out_plane.max(1))
-                    .zip(sums.chunks(out_plane.max(1)));
-                for (i, (out, a)) in planes.enumerate() {
-                    let c = ch.first + i;
-                    #[cfg(target_arch = "x86_64")]
-                    if self.avx512 {
-                        // SAFETY: an Avx512 session runs only on CPUs with AVX-512F, BW, VL.
-                        unsafe { avx512::requantize_sums(a, self.bias[c], self.mult[c], q, out) };
-                        continue;
-                    }
-                    requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
-                }
-                xs = xt.into_storage();
-                accs = acc.into_storage();
-            }
+        let [xs, accs] = crate::scratch::with_taken(&DEPTHWISE_SCRATCH, std::mem::take);
+        let x_shape = [&[1, ch.count][..], &self.x_shape[2..]].concat();
+        let y_shape = [&[1, ch.count][..], &self.y_shape[2..]].concat();
+        let mut xt = Tensor::with_storage(DType::F32, &x_shape, xs)?;
+        let acc = Tensor::with_storage(DType::F32, &y_shape, accs)?;
+        let base = b * self.s.out_channels + ch.first;
+        let src = x
+            .get(base * in_plane..(base + ch.count) * in_plane)
+            .ok_or_else(|| OpError("depthwise input does not match the kernel".into()))?;
+        let xf = xt.as_mut_slice::<f32>()?;
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512 {
+            // SAFETY: an Avx512 session runs only on CPUs with AVX-512F and BW.
+            unsafe { avx512::centered(src, signed, xz, xf) };
+        } else {
+            centered(src, signed, xz, xf, avx2);
         }
-        crate::scratch::with_taken(&DEPTHWISE_SCRATCH, |s| *s = [xs, accs]);
+        #[cfg(not(target_arch = "x86_64"))]
+        centered(src, signed, xz, xf, avx2);
+        let mut outs = [acc];
+        ch.kernel
+            .run(&[Some(&xt), Some(&ch.weights), None], &mut outs)?;
+        let [acc] = outs;
+        let sums = acc.as_slice::<f32>()?;
+        let planes = dst
+            .chunks_mut(out_plane.max(1))
+            .zip(sums.chunks(out_plane.max(1)));
+        for (i, (out, a)) in planes.enumerate() {
+            let c = ch.first + i;
+            #[cfg(target_arch = "x86_64")]
+            if self.avx512 {
+                // SAFETY: an Avx512 session runs only on CPUs with AVX-512F, BW, VL.
+                unsafe { avx512::requantize_sums(a, self.bias[c], self.mult[c], q, out) };
+                continue;
+            }
+            requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
+        }
+        let storage = [xt.into_storage(), acc.into_storage()];
+        crate::scratch::with_taken(&DEPTHWISE_SCRATCH, |s| *s = storage);
         Ok(())
     }
 }
