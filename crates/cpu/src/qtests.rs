@@ -650,6 +650,46 @@ fn matmul_integer_reads_a_runtime_zero_point() {
     );
 }
 
+/// The one-input table kernels equal the op's reference exactly under every ISA (the
+/// AVX-512 VBMI lookup among them), over lengths around its 64-byte blocks and past the
+/// threads' chunks, and over every input byte.
+#[test]
+fn unary_table_kernels_are_exact_on_every_isa() {
+    use ferrolite_core::ops::quant::{QLinearLeakyRelu, QLinearSigmoid};
+    let mut rng = Rng(43);
+    for d in [DType::U8, DType::I8] {
+        for len in [1, 63, 64, 65, 127, 256, 1000, 70_001] {
+            let mut x = rng.q8(d, &[len]);
+            if len == 256 {
+                let every: Vec<u8> = (0..=255).collect();
+                x = Tensor::from_bytes(d, &[256], &every).unwrap();
+            }
+            let ins = vec![
+                Some(x),
+                Some(Tensor::scalar(0.05f32)),
+                Some(scalar(d, if d == DType::U8 { 120 } else { -8 })),
+                Some(Tensor::scalar(0.004f32)),
+                Some(scalar(d, if d == DType::U8 { 10 } else { -118 })),
+            ];
+            let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+            let constant = [false, true, true, true, true];
+            let ops: [Arc<dyn Op>; 2] = [
+                Arc::new(QLinearSigmoid),
+                Arc::new(QLinearLeakyRelu { alpha: 0.1 }),
+            ];
+            for op in ops {
+                let want = op.eval(&refs).unwrap().remove(0);
+                for isa in Isa::available() {
+                    let (kernel, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &constant);
+                    let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
+                    kernel.run(&refs, &mut y).unwrap();
+                    assert_eq!(y[0].bytes(), want.bytes(), "{isa:?} {op:?} {d} len {len}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn qlinear_table_kernels_match_reference() {
     use ferrolite_core::ops::quant::{
