@@ -337,6 +337,45 @@ fn qlinear_conv_in_blocks_matches_reference() {
     assert!(names.iter().all(|n| n == "cpu.qconv.gemm"), "{names:?}");
 }
 
+/// Channels-last GEMM convolutions whose weights are streamed once per block of pixels (more
+/// than half a MiB of them), the threads splitting the output channels: a 7x7 map in one
+/// block and a 24x24 one in two (456 and 120 pixels).
+#[test]
+fn qlinear_conv_channels_last_streams_large_weights() {
+    use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
+    let mut rng = Rng(7);
+    let mut names = Vec::new();
+    let big = [
+        Case {
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 512, 7, 7], &[136, 512, 3, 3])
+        },
+        Case {
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 256, 24, 24], &[264, 256, 3, 3])
+        },
+    ];
+    for threads in [1, 2] {
+        pool(threads).install(|| {
+            for (ci, c) in big.iter().enumerate() {
+                let mut ins = conv_inputs(&mut rng, ci, c, CONV_DTYPES[ci % 2]);
+                let x = ins[0].take().unwrap();
+                let nhwc = ferrolite_core::ops::shape::common::permute(&x, x.shape(), &TO_NHWC);
+                ins[0] = Some(nhwc.unwrap());
+                let wrapped: Arc<dyn Op> = Arc::new(Nhwc {
+                    inner: op(c),
+                    nhwc_inputs: vec![0],
+                });
+                names.push(check_q(wrapped, &ins, &CONV_CONSTANT));
+            }
+        });
+    }
+    assert!(
+        names.iter().all(|n| n == "cpu.qconv.nhwc.gemm"),
+        "{names:?}"
+    );
+}
+
 #[test]
 fn qlinear_conv_channels_last_matches_reference() {
     use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
