@@ -166,10 +166,16 @@ impl QConvNhwcKernel {
                 b.as_slice::<i32>().map_err(|e| e.to_string())?.to_vec()
             }
         };
-        let path = QPath::for_isa(isa);
+        let taps: usize = s.geometry.kernel.iter().product();
+        // AMX tiles for deep ordinary convolutions where the CPU has them; not for a few
+        // input channels (an RGB stem), whose patches gather a few bytes per tap, where the
+        // VNNI path reads them in place.
+        let path = match s.group {
+            1 if s.in_channels >= 16 => QPath::for_isa(isa).amx_if_pays(taps * s.in_channels, m),
+            _ => QPath::for_isa(isa),
+        };
         let mult = multipliers(&x, &w, &y, m);
         let w_bytes = w_val.bytes();
-        let taps: usize = s.geometry.kernel.iter().product();
         let w_zero = |ch: usize| w.zero[if w.zero.len() == 1 { 0 } else { ch }];
         let strategy = if s.group == 1 {
             let zero: Vec<i32> = (0..m)
@@ -1028,6 +1034,8 @@ impl Kernel for QConvNhwcKernel {
 
     fn name(&self) -> &str {
         match self.strategy {
+            #[cfg(target_arch = "x86_64")]
+            Strategy::Gemm { .. } if self.path == QPath::Amx => "cpu.qconv.nhwc.amx",
             Strategy::Gemm { .. } => "cpu.qconv.nhwc.gemm",
             Strategy::Depthwise { .. } => "cpu.qconv.nhwc.depthwise",
         }

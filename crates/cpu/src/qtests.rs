@@ -337,28 +337,40 @@ fn qlinear_conv_in_blocks_matches_reference() {
     assert!(names.iter().all(|n| n == "cpu.qconv.gemm"), "{names:?}");
 }
 
-/// Channels-last GEMM convolutions whose weights are streamed once per block of pixels (more
-/// than half a MiB of them), the threads splitting the output channels: a 7x7 map in one
-/// block and a 24x24 one in two (456 and 120 pixels).
+/// Channels-last GEMM convolutions deep and wide enough for the AMX tiles where the CPU has
+/// them, some with their weights streamed once per block of pixels (more than half a MiB of
+/// them, the threads splitting the output channels): a 7x7 map in one block and a 24x24 one
+/// in two (456 and 120 pixels). Zero points of 0 and not, per tensor and per channel (the
+/// AMX path's fused and generic epilogues), and a 3x3 over 16 channels into 40.
 #[test]
-fn qlinear_conv_channels_last_streams_large_weights() {
+fn qlinear_conv_channels_last_deep_and_streamed() {
     use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
     let mut rng = Rng(7);
     let mut names = Vec::new();
-    let big = [
-        Case {
-            pads: &[1, 1, 1, 1],
-            ..case(&[1, 512, 7, 7], &[136, 512, 3, 3])
-        },
-        Case {
-            pads: &[1, 1, 1, 1],
-            ..case(&[1, 256, 24, 24], &[264, 256, 3, 3])
-        },
+    let deep = Case {
+        pads: &[1, 1, 1, 1],
+        ..case(&[1, 512, 7, 7], &[136, 512, 3, 3])
+    };
+    let big = Case {
+        pads: &[1, 1, 1, 1],
+        ..case(&[1, 256, 24, 24], &[264, 256, 3, 3])
+    };
+    let narrow = Case {
+        pads: &[0, 1, 1, 0],
+        ..case(&[2, 16, 9, 11], &[40, 16, 3, 3])
+    };
+    let runs = [
+        (&deep, 0),
+        (&deep, 1),
+        (&deep, 2),
+        (&big, 3),
+        (&narrow, 0),
+        (&narrow, 1),
     ];
     for threads in [1, 2] {
         pool(threads).install(|| {
-            for (ci, c) in big.iter().enumerate() {
-                let mut ins = conv_inputs(&mut rng, ci, c, CONV_DTYPES[ci % 2]);
+            for &(c, ci) in &runs {
+                let mut ins = conv_inputs(&mut rng, ci, c, CONV_DTYPES[ci % 3]);
                 let x = ins[0].take().unwrap();
                 let nhwc = ferrolite_core::ops::shape::common::permute(&x, x.shape(), &TO_NHWC);
                 ins[0] = Some(nhwc.unwrap());
@@ -366,14 +378,19 @@ fn qlinear_conv_channels_last_streams_large_weights() {
                     inner: op(c),
                     nhwc_inputs: vec![0],
                 });
-                names.push(check_q(wrapped, &ins, &CONV_CONSTANT));
+                names.extend(check_q_every_isa(wrapped, &ins, &CONV_CONSTANT));
             }
         });
     }
     assert!(
-        names.iter().all(|n| n == "cpu.qconv.nhwc.gemm"),
+        names.iter().all(|n| n.starts_with("cpu.qconv.nhwc.")),
         "{names:?}"
     );
+    #[cfg(target_arch = "x86_64")]
+    if crate::qgemm::x86::amx_ready() {
+        eprintln!("AMX tiles tested");
+        assert!(names.iter().any(|n| n == "cpu.qconv.nhwc.amx"), "{names:?}");
+    }
 }
 
 #[test]

@@ -16,6 +16,10 @@
 //!   keeps AVX2 exact: `vpmaddubsw` would add two u8 x s8 products in 16 bits, which saturates
 //!   (255 * -128 * 2 < -32768), the error onnxruntime's AVX2 path accepts.
 //!
+//! The AMX path (Intel's tile unit, `tdpbusd` on 16 x 64-byte tiles) keeps the `Quad` panels
+//! and takes its rows row-major instead (each row's `k` bytes contiguous, as a tile row
+//! loads them), both with `k` padded to a multiple of 64.
+//!
 //! The padding of `k` to the group size is zero on both sides, so it adds nothing; the sums
 //! used by the zero-point corrections are over the real `k` only.
 
@@ -41,6 +45,10 @@ pub enum QPath {
     /// AVX-512 VNNI `vpdpbusd` on byte quads, 512-bit.
     #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
+    /// AMX-INT8 tiles (`tdpbusd`), where the CPU and the OS allow them and a product is deep
+    /// enough to pay ([`QPath::amx_if_pays`]); the AVX-512 epilogue.
+    #[cfg(target_arch = "x86_64")]
+    Amx,
 }
 
 /// How `k` is grouped in packed operands.
@@ -90,6 +98,9 @@ impl QPath {
             }
             if isas.iter().any(|&i| QPath::for_isa(i) == QPath::Avx512Vnni) {
                 v.push(QPath::Avx512Vnni);
+                if x86::amx_ready() {
+                    v.push(QPath::Amx);
+                }
             }
         }
         v
@@ -105,7 +116,40 @@ impl QPath {
             QPath::AvxVnni => (x86::AVX_VNNI_MR, x86::AVX_VNNI_NR),
             #[cfg(target_arch = "x86_64")]
             QPath::Avx512Vnni => (x86::VNNI_MR, x86::VNNI_NR),
+            #[cfg(target_arch = "x86_64")]
+            QPath::Amx => (x86::AMX_MR, x86::AMX_NR),
         }
+    }
+
+    /// The AMX path instead of AVX-512 VNNI for a product of depth `k` into `n` columns,
+    /// where the tiles are available and pay: they pad `k` to 64 and the columns to 32, and
+    /// their epilogue goes through memory, which a shallow or narrow product does not repay.
+    pub fn amx_if_pays(self, k: usize, n: usize) -> QPath {
+        #[cfg(target_arch = "x86_64")]
+        if self == QPath::Avx512Vnni && k >= AMX_MIN_DEPTH && n >= 32 && x86::amx_ready() {
+            return QPath::Amx;
+        }
+        let _ = (k, n);
+        self
+    }
+
+    /// Packed depth in quads: `k / 4` rounded up, to a multiple of 16 on the AMX path (its
+    /// tiles take 64 bytes of `k` at a time).
+    fn quads(self, k: usize) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            QPath::Amx => k.div_ceil(x86::AMX_K_STEP) * 16,
+            _ => k.div_ceil(4),
+        }
+    }
+
+    /// Whether rows are packed row-major (the AMX path) rather than in quads.
+    fn linear_rows(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self == QPath::Amx {
+            return true;
+        }
+        false
     }
 
     fn group(self) -> Group {
@@ -116,6 +160,9 @@ impl QPath {
         }
     }
 }
+
+/// The least depth for which [`QPath::amx_if_pays`] picks the AMX tiles.
+const AMX_MIN_DEPTH: usize = 128;
 
 /// Operands of at least this many bytes are packed over the rayon threads.
 const PARALLEL_PACK: usize = 1 << 16;
@@ -179,8 +226,13 @@ impl Packed {
             Group::Quad => 4,
             Group::Pair => 2,
         };
-        let kg = k.div_ceil(g);
+        let kg = match path.group() {
+            Group::Quad => path.quads(k),
+            Group::Pair => k.div_ceil(2),
+        };
         let total = blocks * kg * block * g;
+        // AMX rows: each row's (padded) k bytes in a line.
+        let linear = side == Side::Rows && path.linear_rows();
         let mut sums = vec![0i32; len];
         let (mut bytes, mut pairs) = (Vec::new(), Vec::new());
         match path.group() {
@@ -200,13 +252,17 @@ impl Packed {
             let lanes = block.min(len - b * block);
             let first = b * block;
             let mut store = |lane: usize, kk: usize, v: i32| {
-                let at = base + (kk / g) * block * g + lane * g + kk % g;
+                let at = if linear {
+                    base + lane * kg * g + kk
+                } else {
+                    base + (kk / g) * block * g + lane * g + kk % g
+                };
                 match path.group() {
                     Group::Quad => bytes[at] = v as u8,
                     Group::Pair => pairs[at] = v as i16,
                 }
             };
-            if src.cs == 1 && path.group() == Group::Quad {
+            if src.cs == 1 && path.group() == Group::Quad && !linear {
                 // Contiguous over k: whole quads as one 4-byte word each (a byte loop with the
                 // sum inside it was a fifth of bert_mini_dyn's run, packing its activations),
                 // the sum in its own loop, which vectorises.
@@ -297,7 +353,8 @@ impl Packed {
         let (mut bytes, mut pairs) = reuse;
         match path.group() {
             Group::Quad => {
-                let kq = k.div_ceil(4);
+                // Every quad is written below, the padding of k (AMX) as zeros.
+                let kq = path.quads(k);
                 bytes.resize(panels * kq * nr * 4, 0u8);
                 pairs.clear();
                 let pad = vec![flip; n];
@@ -408,6 +465,23 @@ impl Packed {
         let mut row_sums = vec![0i32; len];
         let mut buf = vec![0u8; k];
         match path.group() {
+            Group::Quad if path.linear_rows() => {
+                let line_len = path.quads(k) * 4;
+                // Lanes past `len` in the last block and the padding of k are zero.
+                bytes.clear();
+                bytes.resize(blocks * mr * line_len, 0);
+                pairs.clear();
+                for (i, sum) in row_sums.iter_mut().enumerate() {
+                    let dst = &mut bytes[i * line_len..][..k];
+                    line(i, dst);
+                    for b in dst.iter_mut() {
+                        *b ^= flip;
+                    }
+                    if sums {
+                        *sum = dst.iter().map(|&x| x as i32).sum();
+                    }
+                }
+            }
             Group::Quad => {
                 let kq = k.div_ceil(4);
                 // Lanes past `len` in the last block and the padding of k are zero.
@@ -471,7 +545,7 @@ impl Packed {
 
     /// The bytes of column panel `jp` (`[k / 4][NR][4]`) of a packing in quads.
     pub fn panel_bytes(&self, jp: usize) -> &[u8] {
-        let (kq, nr) = (self.k.div_ceil(4), self.path.tile().1);
+        let (kq, nr) = (self.path.quads(self.k), self.path.tile().1);
         &self.bytes[jp * kq * nr * 4..][..kq * nr * 4]
     }
 
@@ -612,9 +686,16 @@ impl Product<'_> {
         let fused = self.fused_requantization(sink);
         #[cfg(target_arch = "x86_64")]
         let fused_float = self.fused_float(sink);
+        #[cfg(target_arch = "x86_64")]
+        let fused_columns = self.fused_columns(sink);
         let task = |t: usize| {
             let (tc, tr) = (t % ncols, t / ncols);
             let mut tile = vec![0i32; mr * nr];
+            // The AMX path's tiles, configured on whichever thread runs this task.
+            #[cfg(target_arch = "x86_64")]
+            if r.path == QPath::Amx && !x86::amx_tiles_ready() {
+                unreachable!("the AMX path exists only where the tiles are ready");
+            }
             let (cols, rows) = (
                 tc * per_c..((tc + 1) * per_c).min(nb),
                 tr * per_r..((tr + 1) * per_r).min(mb),
@@ -631,6 +712,12 @@ impl Product<'_> {
                 if let Some(f) = &fused_float {
                     // SAFETY: as above.
                     unsafe { self.tile_float(ib, jp, f) };
+                    return;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if let Some(f) = &fused_columns {
+                    // SAFETY: as above; the task configured the tiles (above).
+                    unsafe { self.tile_columns(ib, jp, f, &mut tile) };
                     return;
                 }
                 self.tile(ib, jp, &mut tile);
@@ -759,12 +846,25 @@ impl Product<'_> {
         if !ok {
             return None;
         }
-        // Every column's constants, once per product (tiles of one panel share them), padded
-        // to whole panels by repeating the last column (the padding is not stored).
-        let (n, nr) = (self.panels.len, x86::VNNI_NR);
-        let col = |j: usize| j.min(n.saturating_sub(1));
-        let padded = n.next_multiple_of(nr);
-        let add = (0..padded)
+        let (add, col) = self.column_add(rows_zero);
+        let padded = add.len();
+        Some(FusedFloat {
+            add,
+            scale: (0..padded).map(|j| scale.at(0, col(j))).collect(),
+            bias: bias.map(|b| (0..padded).map(|j| b.at(0, col(j))).collect()),
+            ptr,
+        })
+    }
+
+    /// Every column's constant term for panels without zero points and rows sharing
+    /// `rows_zero`: the i32 bias less `rows_zero` times the column's sum. Once per product
+    /// (tiles of one panel share them), padded to whole panels by repeating the last column
+    /// (the padding is not stored); with the map from a padded column to its real one.
+    #[cfg(target_arch = "x86_64")]
+    fn column_add(&self, rows_zero: i32) -> (Vec<i32>, impl Fn(usize) -> usize) {
+        let (n, nr) = (self.panels.len, self.rows.path.tile().1);
+        let col = move |j: usize| j.min(n.saturating_sub(1));
+        let add = (0..n.next_multiple_of(nr))
             .map(|j| {
                 // Column sums exist whenever A's zero point is not zero (checked in `run`).
                 let zero = if rows_zero != 0 {
@@ -775,12 +875,79 @@ impl Product<'_> {
                 self.bias.map_or(0, |b| b.at(0, col(j))) - zero
             })
             .collect();
-        Some(FusedFloat {
+        (add, col)
+    }
+
+    /// The channels-last convolution's case on AMX, requantized per column as the tiles
+    /// leave memory (the generic epilogue cost more than the tiles on shallow layers): the
+    /// same products as [`Product::fused_float`] with a quantized output.
+    #[cfg(target_arch = "x86_64")]
+    fn fused_columns(&self, sink: Sink) -> Option<FusedColumns> {
+        let (
+            QPath::Amx,
+            Axis::All(rows_zero),
+            Sink::Quantized {
+                ptr,
+                scale,
+                zero_point,
+                lo,
+                hi,
+                ..
+            },
+        ) = (self.rows.path, self.rows_zero, sink)
+        else {
+            return None;
+        };
+        let no_panel_zero = match self.panels_zero {
+            Axis::All(v) => v == 0,
+            Axis::Cols(v) => v.iter().all(|&v| v == 0),
+            Axis::Rows(_) => false,
+        };
+        if !no_panel_zero
+            || matches!(scale, Axis::Rows(_))
+            || matches!(self.bias, Some(Axis::Rows(_)))
+        {
+            return None;
+        }
+        let (add, col) = self.column_add(rows_zero);
+        let padded = add.len();
+        Some(FusedColumns {
             add,
             scale: (0..padded).map(|j| scale.at(0, col(j))).collect(),
-            bias: bias.map(|b| (0..padded).map(|j| b.at(0, col(j))).collect()),
+            zero: zero_point,
+            lo,
+            hi,
             ptr,
         })
+    }
+
+    /// Tile (`ib`, `jp`) through `tile`, requantized per column and stored (see
+    /// [`Product::fused_columns`]).
+    ///
+    /// # Safety
+    /// The tile lies inside the output, and no other thread writes it meanwhile; the thread's
+    /// AMX tiles are configured.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tile_columns(&self, ib: usize, jp: usize, f: &FusedColumns, tile: &mut [i32]) {
+        let (r, p) = (self.rows, self.panels);
+        let (mr, nr) = r.path.tile();
+        let (m0, n0) = (ib * mr, jp * nr);
+        self.tile(ib, jp, tile);
+        let q = x86::ColumnQuantized {
+            add: f.add[n0..n0 + nr].try_into().expect("a panel"),
+            scale: f.scale[n0..n0 + nr].try_into().expect("a panel"),
+            zero: f.zero,
+            lo: f.lo,
+            hi: f.hi,
+            // SAFETY (offset): element (m0, n0) lies inside the output (the caller's contract).
+            dst: unsafe { f.ptr.0.add(m0 * self.ldc + n0) },
+            ldc: self.ldc,
+            rows: (r.len - m0).min(mr),
+            cols: (p.len - n0).min(nr),
+        };
+        // SAFETY: the AMX path exists only on CPUs with AVX-512 (its ISA's); the output rows
+        // are this task's (the caller's contract).
+        unsafe { x86::quantize_columns(tile, &q) };
     }
 
     /// Tile (`ib`, `jp`) with the float epilogue in registers, stored (see
@@ -819,7 +986,7 @@ impl Product<'_> {
     /// Rows block `ib` and panel `jp` of the `Quad` layout, and their depth in quads.
     fn quad_blocks(&self, ib: usize, jp: usize) -> (&[u8], &[u8], usize) {
         let (mr, nr) = self.rows.path.tile();
-        let kq = self.rows.k.div_ceil(4);
+        let kq = self.rows.path.quads(self.rows.k);
         (
             &self.rows.bytes[ib * kq * mr * 4..][..kq * mr * 4],
             &self.panels.bytes[jp * kq * nr * 4..][..kq * nr * 4],
@@ -839,6 +1006,10 @@ impl Product<'_> {
                     QPath::Avx512Vnni => x86::tile_vnni(rb, pb, kq, r.signed, tile),
                     #[cfg(target_arch = "x86_64")]
                     QPath::AvxVnni => x86::tile_avx_vnni(rb, pb, kq, r.signed, tile),
+                    // SAFETY: the task made sure this thread's tiles are configured
+                    // (`Product::run`).
+                    #[cfg(target_arch = "x86_64")]
+                    QPath::Amx => unsafe { x86::tile_amx(rb, pb, kq, r.signed, tile) },
                     _ => tile_portable(rb, pb, kq, mr, nr, r.signed, tile),
                 }
             }
@@ -866,7 +1037,7 @@ impl Product<'_> {
             #[cfg(target_arch = "x86_64")]
             QPath::Avx2 | QPath::AvxVnni => self.epilogue_avx2(m0, n0, tile, nr, sink),
             #[cfg(target_arch = "x86_64")]
-            QPath::Avx512Vnni => self.epilogue_avx512(m0, n0, tile, nr, sink),
+            QPath::Avx512Vnni | QPath::Amx => self.epilogue_avx512(m0, n0, tile, nr, sink),
             QPath::Portable => self.epilogue_body(m0, n0, tile, nr, sink),
         }
     }
@@ -1068,6 +1239,18 @@ pub fn requantize(v: &[f32], zero_point: i32, lo: i32, hi: i32, signed: bool, ou
 struct Fused<'a> {
     activation_zero: i32,
     scale: Axis<'a, f32>,
+    zero: i32,
+    lo: i32,
+    hi: i32,
+    ptr: SendPtr<u8>,
+}
+
+/// A product requantized per column as its AMX tiles are read back ([`Product::fused_columns`]).
+#[cfg(target_arch = "x86_64")]
+struct FusedColumns {
+    /// Per column, padded to whole panels: as [`FusedFloat`]'s.
+    add: Vec<i32>,
+    scale: Vec<f32>,
     zero: i32,
     lo: i32,
     hi: i32,

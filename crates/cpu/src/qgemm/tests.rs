@@ -369,6 +369,13 @@ fn available_paths_follow_the_cpu() {
             paths.contains(&QPath::Avx512Vnni),
             avx512 && has("avx512vnni")
         );
+        // AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25), where Linux lets the
+        // process use them.
+        let amx = std::arch::x86_64::__cpuid_count(7, 0).edx & (3 << 24) == 3 << 24;
+        assert_eq!(
+            paths.contains(&QPath::Amx),
+            avx512 && has("avx512vnni") && amx && x86::amx_ready()
+        );
     }
 }
 
