@@ -557,6 +557,10 @@ fn movement() {
         (vec![&[2, 3], &[2, 1], &[2, 0]], -1),
         (vec![&[1, 64, 13, 13], &[1, 64, 13, 13]], 1),
         (vec![&[2, 32, 40, 40], &[2, 32, 20, 40]], 2),
+        // One output row (batch 1) split over the threads inside and across inputs, an
+        // empty input among them; several rows whose chunks cross row boundaries.
+        (vec![&[1, 64, 55, 55], &[1, 0, 55, 55], &[1, 48, 55, 55]], 1),
+        (vec![&[3, 40, 30, 30], &[3, 24, 30, 30]], 1),
     ] {
         let inputs: Vec<Option<Tensor>> = shapes.iter().map(|s| Some(r.tensor(s, 1.0))).collect();
         check(Arc::new(Concat { axis }), &inputs, &[]);
