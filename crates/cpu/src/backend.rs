@@ -107,7 +107,11 @@ impl Backend for CpuBackend {
     }
 
     fn describe(&self) -> String {
-        format!("cpu, {}", self.cx.isa)
+        format!(
+            "cpu, {}, int8 {}",
+            self.cx.isa,
+            crate::qgemm::QPath::for_isa(self.cx.isa).describe()
+        )
     }
 
     fn passes(&self) -> Vec<Box<dyn Pass>> {

@@ -133,6 +133,24 @@ impl QPath {
         self
     }
 
+    /// The path's instructions, as `info` and `bench` print them (with the AMX tiles where
+    /// deep convolutions take them).
+    pub fn describe(self) -> &'static str {
+        match self {
+            QPath::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            QPath::Avx2 => "avx2 vpmaddwd",
+            #[cfg(target_arch = "x86_64")]
+            QPath::AvxVnni => "avx-vnni",
+            #[cfg(target_arch = "x86_64")]
+            QPath::Avx512Vnni if x86::amx_ready() => "avx512-vnni, amx tiles for deep convolutions",
+            #[cfg(target_arch = "x86_64")]
+            QPath::Avx512Vnni => "avx512-vnni",
+            #[cfg(target_arch = "x86_64")]
+            QPath::Amx => "amx",
+        }
+    }
+
     /// Packed depth in quads: `k / 4` rounded up, to a multiple of 16 on the AMX path (its
     /// tiles take 64 bytes of `k` at a time).
     fn quads(self, k: usize) -> usize {
