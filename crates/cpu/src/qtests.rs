@@ -337,6 +337,19 @@ fn qlinear_conv_in_blocks_matches_reference() {
     assert!(names.iter().all(|n| n == "cpu.qconv.gemm"), "{names:?}");
 }
 
+/// Case `c` as the `layout-nhwc-int8` pass runs it: the convolution wrapped to take its input
+/// channels-last, and `ins` with that input permuted.
+fn channels_last(c: &Case, mut ins: Vec<Option<Tensor>>) -> (Arc<dyn Op>, Vec<Option<Tensor>>) {
+    use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
+    let x = ins[0].take().unwrap();
+    ins[0] = Some(ferrolite_core::ops::shape::common::permute(&x, x.shape(), &TO_NHWC).unwrap());
+    let wrapped = Arc::new(Nhwc {
+        inner: op(c),
+        nhwc_inputs: vec![0],
+    });
+    (wrapped, ins)
+}
+
 /// Channels-last GEMM convolutions deep and wide enough for the AMX tiles where the CPU has
 /// them, some with their weights streamed once per block of pixels (more than half a MiB of
 /// them, the threads splitting the output channels): a 7x7 map in one block and a 24x24 one
@@ -344,7 +357,6 @@ fn qlinear_conv_in_blocks_matches_reference() {
 /// AMX path's fused and generic epilogues), and a 3x3 over 16 channels into 40.
 #[test]
 fn qlinear_conv_channels_last_deep_and_streamed() {
-    use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
     let mut rng = Rng(7);
     let mut names = Vec::new();
     let deep = Case {
@@ -370,14 +382,8 @@ fn qlinear_conv_channels_last_deep_and_streamed() {
     for threads in [1, 2] {
         pool(threads).install(|| {
             for &(c, ci) in &runs {
-                let mut ins = conv_inputs(&mut rng, ci, c, CONV_DTYPES[ci % 3]);
-                let x = ins[0].take().unwrap();
-                let nhwc = ferrolite_core::ops::shape::common::permute(&x, x.shape(), &TO_NHWC);
-                ins[0] = Some(nhwc.unwrap());
-                let wrapped: Arc<dyn Op> = Arc::new(Nhwc {
-                    inner: op(c),
-                    nhwc_inputs: vec![0],
-                });
+                let ins = conv_inputs(&mut rng, ci, c, CONV_DTYPES[ci % 3]);
+                let (wrapped, ins) = channels_last(c, ins);
                 names.extend(check_q_every_isa(wrapped, &ins, &CONV_CONSTANT));
             }
         });
@@ -395,7 +401,6 @@ fn qlinear_conv_channels_last_deep_and_streamed() {
 
 #[test]
 fn qlinear_conv_channels_last_matches_reference() {
-    use ferrolite_core::ops::layout::{Nhwc, TO_NHWC};
     let mut rng = Rng(5);
     let mut names = Vec::new();
     for threads in [1, 3] {
@@ -406,14 +411,8 @@ fn qlinear_conv_channels_last_matches_reference() {
                     continue;
                 }
                 for dtypes in CONV_DTYPES {
-                    let mut ins = conv_inputs(&mut rng, ci, c, dtypes);
-                    let x = ins[0].take().unwrap();
-                    let nhwc = ferrolite_core::ops::shape::common::permute(&x, x.shape(), &TO_NHWC);
-                    ins[0] = Some(nhwc.unwrap());
-                    let wrapped: Arc<dyn Op> = Arc::new(Nhwc {
-                        inner: op(c),
-                        nhwc_inputs: vec![0],
-                    });
+                    let ins = conv_inputs(&mut rng, ci, c, dtypes);
+                    let (wrapped, ins) = channels_last(c, ins);
                     names.push(check_q(wrapped, &ins, &CONV_CONSTANT));
                 }
             }

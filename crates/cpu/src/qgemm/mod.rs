@@ -581,6 +581,16 @@ pub enum Axis<'a, T> {
     Cols(&'a [T]),
 }
 
+impl Axis<'_, i32> {
+    /// Whether every zero point is 0 (`run` has checked the axis is the operand's own).
+    fn is_zero(&self) -> bool {
+        match self {
+            Axis::All(v) => *v == 0,
+            Axis::Rows(v) | Axis::Cols(v) => v.iter().all(|&v| v == 0),
+        }
+    }
+}
+
 impl<T: Copy> Axis<'_, T> {
     fn at(&self, m: usize, n: usize) -> T {
         match *self {
@@ -790,13 +800,8 @@ impl Product<'_> {
         else {
             return None;
         };
-        let no_row_zero = match self.rows_zero {
-            Axis::All(v) => v == 0,
-            Axis::Rows(v) => v.iter().all(|&v| v == 0),
-            Axis::Cols(_) => false,
-        };
         let per_row = !matches!(scale, Axis::Cols(_)) && !matches!(self.bias, Some(Axis::Cols(_)));
-        (no_row_zero && per_row).then_some(Fused {
+        (self.rows_zero.is_zero() && per_row).then_some(Fused {
             activation_zero: z,
             scale,
             zero: zero_point,
@@ -852,12 +857,7 @@ impl Product<'_> {
         else {
             return None;
         };
-        let no_panel_zero = match self.panels_zero {
-            Axis::All(v) => v == 0,
-            Axis::Cols(v) => v.iter().all(|&v| v == 0),
-            Axis::Rows(_) => false,
-        };
-        let ok = no_panel_zero
+        let ok = self.panels_zero.is_zero()
             && !matches!(scale, Axis::Rows(_))
             && !matches!(bias, Some(Axis::Rows(_)))
             && !matches!(self.bias, Some(Axis::Rows(_)));
@@ -916,12 +916,7 @@ impl Product<'_> {
         else {
             return None;
         };
-        let no_panel_zero = match self.panels_zero {
-            Axis::All(v) => v == 0,
-            Axis::Cols(v) => v.iter().all(|&v| v == 0),
-            Axis::Rows(_) => false,
-        };
-        if !no_panel_zero
+        if !self.panels_zero.is_zero()
             || matches!(scale, Axis::Rows(_))
             || matches!(self.bias, Some(Axis::Rows(_)))
         {
