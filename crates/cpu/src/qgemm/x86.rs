@@ -187,10 +187,7 @@ unsafe fn tile_vnni_quantized_impl<const ROWS_SIGNED: bool>(
 ) {
     let acc = products_vnni::<ROWS_SIGNED>(rows, panel, kq);
     let narrow = Narrow::new(q.zero, q.lo, q.hi);
-    let masks: [__mmask16; 2] = [
-        ((1u32 << q.cols.min(16)) - 1) as u16,
-        ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
-    ];
+    let masks = half_masks(q.cols);
     for (r, acc) in acc.iter().enumerate().take(q.rows) {
         let (add, scale) = (_mm512_set1_epi32(q.add[r]), _mm512_set1_ps(q.scale[r]));
         for (h, &v) in acc.iter().enumerate() {
@@ -248,10 +245,7 @@ unsafe fn tile_vnni_float_impl<const ROWS_SIGNED: bool>(
     q: &ColumnFloat,
 ) {
     let acc = products_vnni::<ROWS_SIGNED>(rows, panel, kq);
-    let masks: [__mmask16; 2] = [
-        ((1u32 << q.cols.min(16)) - 1) as u16,
-        ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
-    ];
+    let masks = half_masks(q.cols);
     let half = |h: usize| {
         (
             _mm512_loadu_si512(q.add.as_ptr().add(16 * h) as *const __m512i),
@@ -348,23 +342,60 @@ unsafe fn tile_vnni_indirect_impl<const HALVES: usize, const FLIP: bool>(
             }
         }
     }
-    let narrow = Narrow::new(q.zero, q.lo, q.hi);
-    let masks: [__mmask16; 2] = [
-        ((1u32 << q.cols.min(16)) - 1) as u16,
-        ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
-    ];
-    let add: [__m512i; HALVES] =
-        std::array::from_fn(|h| _mm512_loadu_si512(q.add.as_ptr().add(16 * h) as *const __m512i));
-    let scale: [__m512; HALVES] =
-        std::array::from_fn(|h| _mm512_loadu_ps(q.scale.as_ptr().add(16 * h)));
+    let columns = Columns::<HALVES>::new(q);
     for (i, acc) in acc.iter().enumerate().take(q.rows) {
-        for h in 0..HALVES {
-            let f = _mm512_mul_ps(
-                _mm512_cvtepi32_ps(_mm512_add_epi32(acc[h], add[h])),
-                scale[h],
-            );
+        columns.store(q, i, acc);
+    }
+}
+
+/// The store masks of a tile's two sixteen-column halves, `cols` of its columns real.
+#[inline]
+fn half_masks(cols: usize) -> [__mmask16; 2] {
+    [
+        ((1u32 << cols.min(16)) - 1) as u16,
+        ((1u32 << cols.saturating_sub(16)) - 1) as u16,
+    ]
+}
+
+/// A [`ColumnQuantized`] output's constants in registers, for its first `HALVES`
+/// sixteen-column halves.
+struct Columns<const HALVES: usize> {
+    add: [__m512i; HALVES],
+    scale: [__m512; HALVES],
+    masks: [__mmask16; 2],
+    narrow: Narrow,
+}
+
+impl<const HALVES: usize> Columns<HALVES> {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn new(q: &ColumnQuantized) -> Self {
+        // SAFETY: `add` and `scale` hold 32 values, HALVES <= 2 vectors of 16.
+        unsafe {
+            Columns {
+                add: std::array::from_fn(|h| {
+                    _mm512_loadu_si512(q.add.as_ptr().add(16 * h) as *const __m512i)
+                }),
+                scale: std::array::from_fn(|h| _mm512_loadu_ps(q.scale.as_ptr().add(16 * h))),
+                masks: half_masks(q.cols),
+                narrow: Narrow::new(q.zero, q.lo, q.hi),
+            }
+        }
+    }
+
+    /// Requantizes row `i`'s sums `acc` and stores its real columns.
+    ///
+    /// # Safety
+    /// `q.dst + i * q.ldc` is valid for `q.cols` bytes, which no other thread writes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn store(&self, q: &ColumnQuantized, i: usize, acc: &[__m512i; HALVES]) {
+        for (h, &acc) in acc.iter().enumerate() {
+            let sum = _mm512_add_epi32(acc, self.add[h]);
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), self.scale[h]);
             let out = q.dst.add(i * q.ldc + 16 * h) as *mut i8;
-            _mm_mask_storeu_epi8(out, masks[h], narrow.bytes(f));
+            // SAFETY: the caller's contract.
+            unsafe { _mm_mask_storeu_epi8(out, self.masks[h], self.narrow.bytes(f)) };
         }
     }
 }
@@ -646,19 +677,10 @@ pub unsafe fn quantize_columns(tile: &[i32], q: &ColumnQuantized) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn quantize_columns_impl(tile: *const i32, q: &ColumnQuantized) {
-    let narrow = Narrow::new(q.zero, q.lo, q.hi);
-    let masks: [__mmask16; 2] = [
-        ((1u32 << q.cols.min(16)) - 1) as u16,
-        ((1u32 << q.cols.saturating_sub(16)) - 1) as u16,
-    ];
-    let add = [0, 1].map(|h| _mm512_loadu_si512(q.add.as_ptr().add(16 * h) as *const __m512i));
-    let scale = [0, 1].map(|h| _mm512_loadu_ps(q.scale.as_ptr().add(16 * h)));
+    let columns = Columns::<2>::new(q);
     for r in 0..q.rows {
-        for h in 0..2 {
-            let v = _mm512_loadu_si512(tile.add(r * AMX_NR + 16 * h) as *const __m512i);
-            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v, add[h])), scale[h]);
-            let out = q.dst.add(r * q.ldc + 16 * h) as *mut i8;
-            _mm_mask_storeu_epi8(out, masks[h], narrow.bytes(f));
-        }
+        let acc =
+            [0, 1].map(|h| _mm512_loadu_si512(tile.add(r * AMX_NR + 16 * h) as *const __m512i));
+        columns.store(q, r, &acc);
     }
 }
