@@ -137,6 +137,16 @@ pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
         let d = if domain.is_empty() { "ai.onnx" } else { domain };
         println!("opset    {d} {v}");
     }
+    for (key, value) in &model.metadata {
+        // Values can be long (a recognizer's dictionary): show the start and the size.
+        let first: String = value.chars().take(40).collect();
+        let shown = if first.len() < value.len() {
+            format!("{:?}... ({} bytes)", first, value.len())
+        } else {
+            format!("{value:?}")
+        };
+        println!("metadata {key} = {shown}");
+    }
     for i in session.inputs() {
         println!("input    {}: {}{}", i.name, i.dtype, shape_text(i));
     }

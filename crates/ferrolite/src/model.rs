@@ -77,6 +77,18 @@ pub struct Model {
     pub producer: String,
     /// Opset imports (domain, version).
     pub opsets: Vec<(String, i64)>,
+    /// Key-value metadata from the file (ONNX `metadata_props`; empty for Paddle).
+    pub metadata: Vec<(String, String)>,
+}
+
+impl Model {
+    /// The metadata value stored under `key`, if any.
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// Decodes a model from bytes. `dir` is the model's folder, for external data.
@@ -94,6 +106,7 @@ pub fn load_model_as(format: Format, bytes: &[u8], dir: Option<&Path>) -> Result
                 format: Format::Onnx,
                 producer: m.producer,
                 opsets: m.opsets,
+                metadata: m.metadata,
             })
         }
         Format::Paddle => Err(Error::Other(
@@ -142,6 +155,7 @@ pub fn load_paddle(model: &Path, params: Option<&Path>) -> Result<Model> {
         format: Format::Paddle,
         producer: format!("paddle (program version {})", m.version),
         opsets: Vec::new(),
+        metadata: Vec::new(),
     })
 }
 

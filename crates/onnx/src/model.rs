@@ -28,6 +28,9 @@ pub struct OnnxModel {
     pub opsets: Vec<(String, i64)>,
     /// `producer_name` and `producer_version`, space-separated.
     pub producer: String,
+    /// The model's `metadata_props`, in file order (for example a recognizer's character
+    /// dictionary).
+    pub metadata: Vec<(String, String)>,
 }
 
 /// A model loaded as far as possible, for diagnostics: see [`load_model_partial`].
@@ -133,6 +136,10 @@ pub fn convert_model(mut proto: ModelProto, model_dir: Option<&Path>) -> Result<
     let producer = format!("{} {}", proto.producer_name, proto.producer_version)
         .trim()
         .to_string();
+    let metadata = std::mem::take(&mut proto.metadata_props)
+        .into_iter()
+        .map(|e| (e.key, e.value))
+        .collect();
     let mut g = proto
         .graph
         .take()
@@ -159,6 +166,7 @@ pub fn convert_model(mut proto: ModelProto, model_dir: Option<&Path>) -> Result<
             ir_version: proto.ir_version,
             opsets,
             producer,
+            metadata,
         },
         unsupported: b.unsupported,
     })

@@ -187,6 +187,26 @@ fn loads_a_valid_model() {
             .unwrap(),
         &[-1, 3]
     );
+    assert!(m.metadata.is_empty());
+}
+
+#[test]
+fn metadata_props_are_kept_in_file_order() {
+    let mut proto = model(reshape_graph());
+    for (key, value) in [("character", "a\nb\nc"), ("author", "")] {
+        proto.metadata_props.push(StringStringEntryProto {
+            key: key.into(),
+            value: value.into(),
+        });
+    }
+    let m = load_model(&proto.encode_to_vec(), None).unwrap();
+    assert_eq!(
+        m.metadata,
+        vec![
+            ("character".to_string(), "a\nb\nc".to_string()),
+            ("author".to_string(), String::new())
+        ]
+    );
 }
 
 #[test]

@@ -282,6 +282,7 @@ fn run(p: &ProgramDesc, params: HashMap<String, Tensor>, x: Tensor) -> Tensor {
         format: ferrolite::Format::Paddle,
         producer: String::new(),
         opsets: vec![],
+        metadata: vec![],
     };
     let s = Session::from_model(model, SessionOptions::default()).unwrap();
     s.run(&[("x", x)]).unwrap().into_vec().remove(0).1

@@ -148,6 +148,7 @@ fn run(
         format: ferrolite::Format::Paddle,
         producer: String::new(),
         opsets: vec![],
+        metadata: vec![],
     };
     let s = Session::from_model(model, SessionOptions::default()).unwrap();
     let outs = s.run(&[("x", x)]).unwrap().into_vec();
