@@ -33,6 +33,13 @@ pub trait Kernel: Debug + Send + Sync {
     fn in_place_input(&self) -> Option<usize> {
         None
     }
+
+    /// Bytes of weights this kernel prepacked (transformed copies it owns, for example packed
+    /// GEMM panels, Winograd-transformed filters, requantization tables); 0 when it only reads
+    /// its inputs. Counted against a session's memory cap.
+    fn prepacked_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// The kernel of last resort: the op's reference implementation.
@@ -511,6 +518,14 @@ impl Plan {
         result.map(|outs| (outs, times))
     }
 
+    /// Bytes of prepacked weights the plan's kernels own (see [`Kernel::prepacked_bytes`]).
+    pub fn prepacked_bytes(&self) -> u64 {
+        self.steps
+            .iter()
+            .map(|s| s.kernel.prepacked_bytes() as u64)
+            .fold(0, u64::saturating_add)
+    }
+
     /// Sizes of the intermediate tensors, from the planned types and the lifetimes.
     pub fn memory_stats(&self) -> MemoryStats {
         let mut bytes = vec![0u64; self.slot_kind.len()];
@@ -717,6 +732,60 @@ mod tests {
         assert_eq!(m.intermediate_bytes, 4096);
         assert_eq!(m.peak_live_bytes, 3072);
         assert_eq!(m.unknown, 0);
+    }
+
+    /// A reference kernel that claims `n` bytes of prepacked weights.
+    #[derive(Debug)]
+    struct Prepacking(ReferenceKernel, usize);
+
+    impl Kernel for Prepacking {
+        fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+            self.0.run(inputs, outputs)
+        }
+        fn name(&self) -> &str {
+            "prepacking"
+        }
+        fn writes_into_outputs(&self) -> bool {
+            false
+        }
+        fn prepacked_bytes(&self) -> usize {
+            self.1
+        }
+    }
+
+    /// Relu prepacks 100 bytes, everything else none.
+    struct PrepackingRelu;
+
+    impl KernelProvider for PrepackingRelu {
+        fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>> {
+            let k = ReferenceKernel(req.node.op.clone());
+            Ok(Some(if req.node.op.name() == "Relu" {
+                Box::new(Prepacking(k, 100))
+            } else {
+                Box::new(k)
+            }))
+        }
+    }
+
+    #[test]
+    fn prepacked_bytes_sum_over_steps() {
+        assert_eq!(plan(256).prepacked_bytes(), 0);
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let a = g
+            .add_op("a", unary(UnaryKind::Relu), vec![Some(x)], 1)
+            .unwrap()[0];
+        let b = g
+            .add_op("b", unary(UnaryKind::Neg), vec![Some(a)], 1)
+            .unwrap()[0];
+        let y = g
+            .add_op("y", unary(UnaryKind::Relu), vec![Some(b)], 1)
+            .unwrap()[0];
+        g.outputs.push(y);
+        let dynamic = infer_graph(&mut g, &[TensorInfo::new(DType::F32, vec![16])]).unwrap();
+        let p = Plan::build(&g, &dynamic, Some(&PrepackingRelu)).unwrap();
+        assert_eq!(p.prepacked_bytes(), 200);
     }
 
     /// Runs the reference, then copies into the planned outputs (as fast kernels do).

@@ -8,7 +8,7 @@
 
 use crate::backend::{built, constant, shape, Registry, Req};
 use crate::fast::f32_shape;
-use crate::gemm::{PackedMatrix, Side};
+use crate::gemm::{packed_bytes, PackedMatrix, Side};
 use crate::scratch::{grown, with_taken};
 use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
 use crate::stride2;
@@ -761,6 +761,10 @@ impl Kernel for ConvKernel {
         } else {
             "cpu.conv.im2col"
         }
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.packed.as_deref().map_or(0, packed_bytes)
     }
 }
 

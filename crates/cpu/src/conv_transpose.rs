@@ -4,7 +4,7 @@
 
 use crate::backend::{built, constant, Registry};
 use crate::fast::f32_shape;
-use crate::gemm::{Gemm, MatRef, PackedMatrix, Side};
+use crate::gemm::{packed_bytes, Gemm, MatRef, PackedMatrix, Side};
 use crate::sgemm::{Problem, Src};
 use crate::Sgemm;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -365,6 +365,10 @@ impl Kernel for ConvTransposeKernel {
 
     fn name(&self) -> &str {
         "cpu.conv_transpose"
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.packed.as_deref().map_or(0, packed_bytes)
     }
 }
 

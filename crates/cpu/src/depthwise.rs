@@ -736,6 +736,10 @@ impl Kernel for DepthwiseKernel {
             "cpu.conv.depthwise"
         }
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.packed.as_deref().map_or(0, size_of_val)
+    }
 }
 
 impl DepthwiseKernel {

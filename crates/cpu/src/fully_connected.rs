@@ -131,6 +131,10 @@ impl Kernel for FullyConnectedKernel {
     fn name(&self) -> &str {
         "cpu.fully_connected"
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.packed.as_ref().map_or(0, PackedMatrix::bytes)
+    }
 }
 
 pub(crate) fn register(r: &mut Registry) {

@@ -41,7 +41,17 @@ pub struct PackedMatrix {
     data: Vec<f32>,
 }
 
+/// Bytes the packed matrices own (see [`ferrolite_core::plan::Kernel::prepacked_bytes`]).
+pub(crate) fn packed_bytes(ms: &[PackedMatrix]) -> usize {
+    ms.iter().map(PackedMatrix::bytes).sum()
+}
+
 impl PackedMatrix {
+    /// Bytes of the packed values.
+    pub fn bytes(&self) -> usize {
+        size_of_val(self.data.as_slice())
+    }
+
     /// The packed values (the driver's layout).
     pub(crate) fn data(&self) -> &[f32] {
         &self.data

@@ -75,6 +75,8 @@ pub mod winograd;
 #[cfg(test)]
 mod fast_tests;
 #[cfg(test)]
+mod prepacked_tests;
+#[cfg(test)]
 mod qtests;
 #[cfg(test)]
 mod tests;

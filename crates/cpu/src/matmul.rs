@@ -4,7 +4,9 @@
 
 use crate::backend::{built, constant, shape, Registry};
 use crate::fast::f32_shape;
-use crate::gemm::{Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Side};
+use crate::gemm::{
+    packed_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Side,
+};
 use crate::Sgemm;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -132,6 +134,10 @@ impl Kernel for MatMulKernel {
 
     fn name(&self) -> &str {
         "cpu.matmul"
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.packed_b.as_deref().map_or(0, packed_bytes)
     }
 }
 
@@ -311,6 +317,10 @@ impl Kernel for GemmKernel {
 
     fn name(&self) -> &str {
         "cpu.gemm"
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.packed_b.as_ref().map_or(0, PackedMatrix::bytes)
     }
 }
 

@@ -661,6 +661,20 @@ impl Kernel for QConvKernel {
             Strategy::Depthwise(_) => "cpu.qconv.depthwise",
         }
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        let weights = match &self.strategy {
+            Strategy::Gemm { groups, .. } => groups.iter().map(Packed::bytes).sum(),
+            Strategy::Depthwise(chunks) => chunks
+                .iter()
+                .map(|c| c.kernel.prepacked_bytes() + c.weights.byte_len())
+                .sum::<usize>(),
+        };
+        weights
+            + size_of_val(self.w_zero.as_slice())
+            + size_of_val(self.mult.as_slice())
+            + size_of_val(self.bias.as_slice())
+    }
 }
 
 pub(crate) fn register(r: &mut Registry) {

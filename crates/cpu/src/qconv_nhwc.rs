@@ -1040,6 +1040,28 @@ impl Kernel for QConvNhwcKernel {
             Strategy::Depthwise { .. } => "cpu.qconv.nhwc.depthwise",
         }
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        let weights = match &self.strategy {
+            Strategy::Gemm {
+                weights,
+                zero,
+                indirect,
+            } => {
+                weights.bytes()
+                    + size_of_val(zero.as_slice())
+                    + indirect.as_ref().map_or(0, |i| {
+                        size_of_val(i.add.as_slice()) + size_of_val(i.scale.as_slice())
+                    })
+            }
+            Strategy::Depthwise {
+                weights,
+                weights_f32,
+                ..
+            } => size_of_val(weights.as_slice()) + size_of_val(weights_f32.as_slice()),
+        };
+        weights + size_of_val(self.mult.as_slice()) + size_of_val(self.bias.as_slice())
+    }
 }
 
 pub(crate) fn register(r: &mut Registry) {

@@ -129,6 +129,10 @@ impl Kernel for UnaryTable {
     fn name(&self) -> &str {
         self.name
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.table.len()
+    }
 }
 
 /// `y[i] = table[x[i]]`, 64 bytes at a time: two two-register byte permutes look up the low
@@ -326,6 +330,10 @@ impl Kernel for BinaryTable {
 
     fn name(&self) -> &str {
         self.name
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.table.len()
     }
 }
 
@@ -843,6 +851,10 @@ impl Kernel for ConcatTables {
 
     fn name(&self) -> &str {
         "cpu.qconcat"
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.tables.iter().flatten().map(Vec::len).sum()
     }
 }
 

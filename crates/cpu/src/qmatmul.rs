@@ -391,6 +391,21 @@ impl Kernel for QMatMulKernel {
     fn name(&self) -> &str {
         self.name
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        let output = match &self.output {
+            Output::Quantized { mult, .. } => size_of_val(mult.as_slice()),
+            Output::I32 => 0,
+            Output::F32 { scale } => size_of_val(scale.as_slice()),
+            Output::ToFloat { b_scale, bias } => {
+                size_of_val(b_scale.as_slice()) + bias.as_deref().map_or(0, size_of_val)
+            }
+        };
+        self.b.bytes()
+            + size_of_val(self.b_zero.as_slice())
+            + output
+            + self.bias.as_deref().map_or(0, size_of_val)
+    }
 }
 
 pub(crate) fn register(r: &mut Registry) {

@@ -17,7 +17,7 @@
 //! outputs around (resnet18's logits move by 6e-6 instead of 3e-6); it needs enough tiles to
 //! fill its GEMMs, so the conv picks it for larger outputs only.
 
-use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm};
+use crate::gemm::{packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm};
 use crate::scratch::{grown, with_taken};
 use crate::sgemm::MR;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -811,6 +811,10 @@ impl Kernel for WinogradKernel {
             WinogradTile::F2 => "cpu.conv.winograd2",
             WinogradTile::F4 => "cpu.conv.winograd4",
         }
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        packed_bytes(&self.u)
     }
 }
 

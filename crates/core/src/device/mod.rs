@@ -218,6 +218,14 @@ impl Kernel for SubgraphKernel {
     fn writes_into_outputs(&self) -> bool {
         false
     }
+
+    /// The CPU fallback's prepacked weights, once it was built.
+    fn prepacked_bytes(&self) -> usize {
+        match self.fallback.get() {
+            Some(Ok(p)) => usize::try_from(p.prepacked_bytes()).unwrap_or(usize::MAX),
+            _ => 0,
+        }
+    }
 }
 
 impl Debug for SubgraphKernel {

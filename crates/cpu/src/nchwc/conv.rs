@@ -380,6 +380,10 @@ impl Kernel for ConvKernel {
     fn name(&self) -> &str {
         "cpu.nchwc.conv"
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        size_of_val(self.weights.as_slice()) + size_of_val(self.bias.as_slice())
+    }
 }
 
 /// One row tile's operands.

@@ -842,4 +842,8 @@ impl Kernel for DepthwiseKernel {
     fn name(&self) -> &str {
         "cpu.nchwc.depthwise"
     }
+
+    fn prepacked_bytes(&self) -> usize {
+        size_of_val(self.weights.as_slice()) + size_of_val(self.bias.as_slice())
+    }
 }

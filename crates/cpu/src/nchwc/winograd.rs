@@ -19,7 +19,9 @@
 
 use super::{SendPtr, B};
 use crate::fast::{input, output};
-use crate::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side};
+use crate::gemm::{
+    packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side,
+};
 use crate::scratch::{grown, with_taken};
 use crate::winograd::{transform_filter, WinogradTile};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -274,6 +276,10 @@ impl Kernel for WinogradKernel {
 
     fn name(&self) -> &str {
         "cpu.nchwc.winograd4"
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        packed_bytes(&self.u) + size_of_val(self.bias.as_slice())
     }
 }
 

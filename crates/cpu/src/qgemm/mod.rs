@@ -226,6 +226,13 @@ pub struct Source<'a> {
 }
 
 impl Packed {
+    /// Bytes of the packed operand and its sums.
+    pub fn bytes(&self) -> usize {
+        size_of_val(self.bytes.as_slice())
+            + size_of_val(self.pairs.as_slice())
+            + size_of_val(self.sums.as_slice())
+    }
+
     /// Packs `len` rows or columns of depth `k` from `src`.
     pub fn new(path: QPath, side: Side, k: usize, len: usize, src: Source) -> OpResult<Packed> {
         op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
