@@ -222,6 +222,12 @@ ferrolite_status set_tensor_buffer(struct ferrolite_tensor *tensor, uint8_t *buf
 // error; the graph's outputs are the same. Call [`prerun_graph_multithread`] again afterwards.
 ferrolite_status set_graph_device(struct ferrolite_graph *graph, const char *device);
 
+// Caps the memory the next prerun may plan for the graph: its weights, the arena of
+// intermediate tensors and the prepacked weights, in bytes; 0 removes the cap. A plan over it
+// makes [`prerun_graph_multithread`] fail (`FERROLITE_ERR_RUNTIME`, the message starting with
+// "memory limit") before the arena is allocated. Call prerun again afterwards.
+ferrolite_status set_graph_memory_limit(struct ferrolite_graph *graph, uint64_t bytes);
+
 // Prepares the graph for the current input shapes: shape inference, optimisation passes and
 // kernel selection. `options` may be NULL (defaults: one thread per core, fp32).
 ferrolite_status prerun_graph_multithread(struct ferrolite_graph *graph,

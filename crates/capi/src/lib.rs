@@ -201,6 +201,8 @@ struct GraphState {
     prepared: bool,
     /// Where prerun places the graph (see [`set_graph_device`]).
     device: ferrolite::DeviceOption,
+    /// The memory cap prerun applies (see [`set_graph_memory_limit`]).
+    max_memory: Option<u64>,
     inputs: Vec<TensorState>,
     outputs: Vec<TensorState>,
 }
@@ -453,6 +455,7 @@ fn new_graph(model: ferrolite::Model, out: *mut *mut ferrolite_graph) -> FResult
         session: None,
         prepared: false,
         device: ferrolite::DeviceOption::Cpu,
+        max_memory: None,
         inputs,
         outputs,
     }));
@@ -1004,6 +1007,25 @@ pub extern "C" fn set_graph_device(
     })
 }
 
+/// Caps the memory the next prerun may plan for the graph: its weights, the arena of
+/// intermediate tensors and the prepacked weights, in bytes; 0 removes the cap. A plan over it
+/// makes [`prerun_graph_multithread`] fail (`FERROLITE_ERR_RUNTIME`, the message starting with
+/// "memory limit") before the arena is allocated. Call prerun again afterwards.
+#[no_mangle]
+pub extern "C" fn set_graph_memory_limit(
+    graph: *mut ferrolite_graph,
+    bytes: u64,
+) -> ferrolite_status {
+    ffi(|| {
+        let g = graph_ref(graph)?;
+        let mut s = lock(&g);
+        s.max_memory = (bytes > 0).then_some(bytes);
+        s.session = None;
+        s.prepared = false;
+        Ok(())
+    })
+}
+
 /// Prepares the graph for the current input shapes: shape inference, optimisation passes and
 /// kernel selection. `options` may be NULL (defaults: one thread per core, fp32).
 #[no_mangle]
@@ -1043,6 +1065,7 @@ pub extern "C" fn prerun_graph_multithread(
         }
         let mut s = lock(&g);
         opts.device = s.device.clone();
+        opts.max_memory = s.max_memory;
         let shapes: Vec<Vec<usize>> = s
             .inputs
             .iter()

@@ -560,3 +560,108 @@ fn last_error_is_per_thread() {
     let v = unsafe { CStr::from_ptr(ferrolite_version()) };
     assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
+
+#[test]
+fn memory_limit_refuses_prerun_until_lifted() {
+    let g = create();
+    let x = input(g);
+    assert_eq!(
+        set_tensor_shape(x, [1, 3, 48, 96].as_ptr(), 4),
+        FERROLITE_OK
+    );
+    assert_eq!(set_graph_memory_limit(g, 100_000), FERROLITE_OK);
+    assert_err(
+        prerun_graph_multithread(g, null()),
+        FERROLITE_ERR_RUNTIME,
+        "memory limit",
+    );
+    assert_eq!(run_graph(g, 1), FERROLITE_ERR_WRONG_STATE);
+    assert_eq!(set_graph_memory_limit(g, 0), FERROLITE_OK);
+    assert_eq!(
+        prerun_graph_multithread(g, null()),
+        FERROLITE_OK,
+        "{}",
+        last_error()
+    );
+    assert_err(
+        set_graph_memory_limit(null_mut(), 1),
+        FERROLITE_ERR_NULL_POINTER,
+        "graph",
+    );
+    finish(g);
+}
+
+/// Runs per thread of the C soak: `FERROLITE_SOAK_RUNS` (default 200).
+fn soak_runs(default: usize) -> usize {
+    std::env::var("FERROLITE_SOAK_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn graphs_on_eight_threads_match_the_rust_api_bit_for_bit() {
+    // Two widths and two inputs per width; every answer computed once, up front.
+    let widths = [32usize, 96];
+    let inputs: Vec<Vec<Vec<f32>>> = widths
+        .iter()
+        .map(|&w| {
+            (0..2)
+                .map(|k| {
+                    (0..3 * 48 * w)
+                        .map(|i| ((i * (7 + k)) % 23) as f32 / 11.0 - 1.0)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let answers: Vec<Vec<Vec<f32>>> = widths
+        .iter()
+        .zip(&inputs)
+        .map(|(&w, per)| per.iter().map(|d| reference(&[1, 3, 48, w], d)).collect())
+        .collect();
+    let runs = soak_runs(200);
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let (inputs, answers) = (&inputs, &answers);
+            s.spawn(move || {
+                let g = create();
+                let x = input(g);
+                let mut prepared_width = None;
+                for r in 0..runs {
+                    // The width changes every 25 runs, so prerun is redone while others run.
+                    let wi = (t + r / 25) % widths.len();
+                    if prepared_width != Some(wi) {
+                        let shape = [1, 3, 48, widths[wi] as i32];
+                        assert_eq!(set_tensor_shape(x, shape.as_ptr(), 4), FERROLITE_OK);
+                        assert_eq!(
+                            prerun_graph_multithread(g, null()),
+                            FERROLITE_OK,
+                            "{}",
+                            last_error()
+                        );
+                        prepared_width = Some(wi);
+                    }
+                    let k = (t + r) % 2;
+                    let inb = bytes_of(&inputs[wi][k]);
+                    assert_eq!(set_tensor_data(x, inb.as_ptr(), inb.len()), FERROLITE_OK);
+                    assert_eq!(run_graph(g, 1), FERROLITE_OK, "{}", last_error());
+                    let mut out = vec![0u8; 8];
+                    assert_eq!(
+                        get_tensor_data(output(g), out.as_mut_ptr(), out.len()),
+                        FERROLITE_OK
+                    );
+                    let got = floats(&out);
+                    let want = &answers[wi][k];
+                    assert!(
+                        got.iter()
+                            .zip(want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "thread {t} run {r}: {got:?} vs {want:?}"
+                    );
+                }
+                finish(g);
+            });
+        }
+    });
+}

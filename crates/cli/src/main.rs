@@ -62,6 +62,27 @@ struct EngineArgs {
     /// else the best this CPU has).
     #[arg(long, value_name = "ISA")]
     isa: Option<String>,
+    /// Refuse plans needing more memory than this (weights, arena and prepacked weights):
+    /// bytes, or with a K, M or G suffix (powers of 1024), e.g. 512M.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_memory: Option<u64>,
+}
+
+/// A size in bytes, optionally with a K, M or G suffix (powers of 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("'{text}' is not a size (bytes, or a number with K, M or G)"))
 }
 
 impl EngineArgs {
@@ -78,6 +99,7 @@ impl EngineArgs {
             device: self.device.parse()?,
             partition,
             isa: self.isa.clone(),
+            max_memory: self.max_memory,
         })
     }
 }
@@ -354,5 +376,21 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("99999999999999G").is_err());
     }
 }

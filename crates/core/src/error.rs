@@ -50,6 +50,16 @@ pub enum Error {
     #[error("tensor: {0}")]
     Tensor(String),
 
+    /// A plan would need more memory than a session's cap (`SessionOptions::max_memory`) or
+    /// the per-tensor limit allows; reported before the memory is allocated.
+    #[error("memory limit: {what} needs {needed} bytes, over the limit of {limit} bytes")]
+    MemoryLimit {
+        /// What needs the memory: a tensor and the node producing it, or the plan's total.
+        what: String,
+        needed: u64,
+        limit: u64,
+    },
+
     #[error("{path}: {source}")]
     Io {
         path: String,

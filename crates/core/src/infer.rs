@@ -103,14 +103,24 @@ pub fn infer_node(node: &Node, inputs: &[Option<InferInput>]) -> Result<Vec<Tens
     Ok(outs)
 }
 
-/// Largest tensor (in bytes) that folding may create; bigger results stay computed at run time
-/// so that a model cannot blow up prerun memory through folding.
-const MAX_FOLD_BYTES: usize = 64 << 20;
+/// Largest tensor (in bytes) that folding may create by default; bigger results stay computed
+/// at run time so that a model cannot blow up prerun memory through folding.
+pub const MAX_FOLD_BYTES: usize = 64 << 20;
 
 /// Runs inference over the graph for concrete graph-input types (in `graph.inputs` order).
 /// Folds constant subgraphs, removes the folded nodes, and returns the set of dynamic nodes (by
 /// name; see the module docs).
 pub fn infer_graph(graph: &mut Graph, input_types: &[TensorInfo]) -> Result<HashSet<String>> {
+    infer_graph_folding(graph, input_types, MAX_FOLD_BYTES)
+}
+
+/// [`infer_graph`] folding only results of at most `max_fold_bytes` each (a session with a
+/// memory cap folds nothing bigger than its cap).
+pub fn infer_graph_folding(
+    graph: &mut Graph,
+    input_types: &[TensorInfo],
+    max_fold_bytes: usize,
+) -> Result<HashSet<String>> {
     if input_types.len() != graph.inputs.len() {
         return Err(Error::Other(format!(
             "the graph has {} inputs, {} types given",
@@ -168,9 +178,7 @@ pub fn infer_graph(graph: &mut Graph, input_types: &[TensorInfo]) -> Result<Hash
         }
         let infos = infer_node(node, &infer_inputs)?;
         let all_const = infer_inputs.iter().flatten().all(|x| x.value.is_some());
-        let small = infos
-            .iter()
-            .all(|i| i.numel() * i.dtype.size() <= MAX_FOLD_BYTES);
+        let small = infos.iter().all(|i| i.byte_size() <= max_fold_bytes);
         let outputs = node.outputs.clone();
         let from_shapes = node
             .op

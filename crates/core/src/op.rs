@@ -102,8 +102,18 @@ impl TensorInfo {
         TensorInfo::new(t.dtype(), t.shape())
     }
 
+    /// The number of elements, saturating at `usize::MAX`: an inferred shape can come from
+    /// hostile numbers in a file, and its size is only ever compared with limits.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// The size in bytes, saturating like [`TensorInfo::numel`].
+    pub fn byte_size(&self) -> usize {
+        self.numel().saturating_mul(self.dtype.size())
     }
 }
 

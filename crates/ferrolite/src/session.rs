@@ -8,11 +8,12 @@
 use crate::device::{resolve, DeviceOption};
 use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Model};
 use ferrolite_core::device::{Device, DeviceKernels, Warnings};
+use ferrolite_core::infer::MAX_FOLD_BYTES;
 use ferrolite_core::passes::{
-    optimize, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
+    optimize_folding, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
 };
 use ferrolite_core::plan::{Backend, KernelProvider, Plan, ReferenceKernels};
-use ferrolite_core::tensor::checked_numel;
+use ferrolite_core::tensor::{checked_numel, with_tensor_limit};
 use ferrolite_core::{DType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo};
 use ferrolite_cpu::{CpuBackend, Isa};
 use std::collections::HashMap;
@@ -50,6 +51,12 @@ pub struct SessionOptions {
     /// The CPU kernels' instruction set by name (`portable`, `avx2`, `avx512`); `None`: the
     /// `FERROLITE_ISA` environment variable, else the best this CPU has.
     pub isa: Option<String>,
+    /// The most bytes a session may plan for one input-shape signature: its weights, the
+    /// arena of intermediate tensors and the kernels' prepacked copies of weights. A plan
+    /// over it is refused with [`Error::MemoryLimit`] at prerun, before its arena is allocated
+    /// (and before prepacking, when one tensor alone or the weights are over it). `None`: no
+    /// cap beyond the per-tensor limit.
+    pub max_memory: Option<u64>,
 }
 
 impl Default for SessionOptions {
@@ -62,6 +69,7 @@ impl Default for SessionOptions {
             device: DeviceOption::Cpu,
             partition: PartitionOptions::default(),
             isa: None,
+            max_memory: None,
         }
     }
 }
@@ -95,6 +103,12 @@ impl SessionOptions {
     /// one the CPU lacks is an error when the session is made.
     pub fn with_isa(mut self, isa: impl Into<String>) -> Self {
         self.isa = Some(isa.into());
+        self
+    }
+
+    /// Caps the memory a session may plan (see [`SessionOptions::max_memory`]).
+    pub fn with_max_memory(mut self, bytes: u64) -> Self {
+        self.max_memory = Some(bytes);
         self
     }
 
@@ -204,6 +218,63 @@ impl Prepared {
     pub fn flops(&self) -> u64 {
         graph_flops(&self.graph)
     }
+}
+
+/// Bytes of the graph's constants (weights and folded values).
+fn weight_bytes(graph: &Graph) -> u64 {
+    graph
+        .values
+        .iter()
+        .filter_map(|v| v.constant.as_ref())
+        .map(|t| t.byte_len() as u64)
+        .sum()
+}
+
+/// Refuses, before anything is prepacked or allocated, a plan with a tensor over the per-tensor
+/// limit ([`ferrolite_core::tensor::MAX_TENSOR_BYTES`]) and, with a memory cap, one whose
+/// weights, or any one tensor with them, would not fit. Shapes computed from the file (by
+/// ConstantOfShape, Expand, Tile, Range, Resize, Pad, ...) are known here, after inference.
+fn check_tensor_sizes(graph: &Graph, cap: Option<u64>) -> Result<()> {
+    let weights = weight_bytes(graph);
+    if let Some(cap) = cap.filter(|&cap| weights > cap) {
+        return Err(Error::MemoryLimit {
+            what: "the weights".into(),
+            needed: weights,
+            limit: cap,
+        });
+    }
+    let per_tensor = ferrolite_core::tensor::MAX_TENSOR_BYTES as u64;
+    for v in &graph.values {
+        let Some(info) = &v.info else { continue };
+        if v.constant.is_some() {
+            continue;
+        }
+        let bytes = info.byte_size() as u64;
+        let over = if bytes > per_tensor {
+            Some((bytes, per_tensor, ""))
+        } else {
+            cap.map(|cap| (weights.saturating_add(bytes), cap, " with the weights"))
+                .filter(|&(needed, cap, _)| needed > cap)
+        };
+        if let Some((needed, limit, with)) = over {
+            let producer = v
+                .producer
+                .and_then(|p| graph.nodes.get(p.0))
+                .map(|n| format!(" (output of node '{}', {})", n.name, n.op.name()));
+            return Err(Error::MemoryLimit {
+                what: format!(
+                    "tensor '{}' {}{:?}{}{with}",
+                    v.name,
+                    info.dtype,
+                    info.shape,
+                    producer.unwrap_or_default()
+                ),
+                needed,
+                limit,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Sum of the ops' FLOP estimates over a graph whose shapes are inferred.
@@ -670,19 +741,26 @@ impl Session {
             } else {
                 (Arc::new(ReferenceKernels), Vec::new())
             };
+        let limit = self.options.max_memory;
+        // With a cap, folding creates nothing bigger than it.
+        let fold = limit.map_or(MAX_FOLD_BYTES, |cap| {
+            MAX_FOLD_BYTES.min(usize::try_from(cap).unwrap_or(usize::MAX))
+        });
         let (plan, partition) = match &self.device {
             None => {
                 let pipeline = session_pipeline(None, cpu_passes);
-                let dynamic =
-                    optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
+                let disabled = &self.options.disabled_passes;
+                let dynamic = optimize_folding(&mut graph, &types, &pipeline, disabled, fold)?;
+                check_tensor_sizes(&graph, limit)?;
                 (Plan::build(&graph, &dynamic, Some(cpu.as_ref()))?, None)
             }
             Some(device) => {
                 let pass = Partition::new(device.clone(), self.options.partition.clone());
                 let report = pass.report.clone();
                 let pipeline = session_pipeline(Some(pass), cpu_passes);
-                let dynamic =
-                    optimize(&mut graph, &types, &pipeline, &self.options.disabled_passes)?;
+                let disabled = &self.options.disabled_passes;
+                let dynamic = optimize_folding(&mut graph, &types, &pipeline, disabled, fold)?;
+                check_tensor_sizes(&graph, limit)?;
                 let provider = DeviceKernels {
                     devices: vec![device.clone()],
                     cpu,
@@ -693,6 +771,18 @@ impl Session {
                 (plan, report)
             }
         };
+        if let Some(limit) = limit {
+            let needed = weight_bytes(&graph)
+                .saturating_add(plan.memory_stats().arena_bytes)
+                .saturating_add(plan.prepacked_bytes());
+            if needed > limit {
+                return Err(Error::MemoryLimit {
+                    what: "the plan (weights, arena and prepacked weights)".into(),
+                    needed,
+                    limit,
+                });
+            }
+        }
         let prepared = Arc::new(Prepared {
             graph,
             plan,
@@ -747,6 +837,13 @@ impl Session {
 
     /// Runs `f` on the session's thread pool.
     fn in_pool<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        // With a memory cap, no tensor of the run may be bigger than it: sizes known only at
+        // run time are bounded too.
+        let cap = self.options.max_memory;
+        let f = move || match cap {
+            Some(cap) => with_tensor_limit(usize::try_from(cap).unwrap_or(usize::MAX), f),
+            None => f(),
+        };
         match &self.pool {
             Some(pool) if pool.current_num_threads() > 1 => {
                 pool.install(|| with_workers_polling(f))

@@ -157,14 +157,15 @@ fn to_numpy(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
 }
 
 /// A loaded model: `Session(path_or_bytes, threads=0, disabled_passes=None, device="cpu",
-/// isa=None)`.
+/// isa=None, max_memory=None)`.
 ///
 /// `threads=0` uses one worker per core. `device="gpu"` runs the subgraphs the GPU supports on
 /// it (a module built with the `gpu` feature) and the rest on the CPU; `"fake"`,
 /// `"fake:ops=Conv+Relu"`, `"fake:fail=run"` select the test suite's fake device. A subgraph the
 /// device cannot compile or run falls back to the CPU; `warnings` lists those. `isa="portable"`
 /// (or `"avx2"`, `"avx512"`) forces the CPU kernels' instruction set (default: `FERROLITE_ISA`, else the
-/// best the CPU has). A session can be used from several Python threads at once; the GIL is
+/// best the CPU has). `max_memory` (bytes) caps what a run's plan may need: weights, the arena
+/// of intermediates and prepacked weights; a plan over it raises before allocating. A session can be used from several Python threads at once; the GIL is
 /// released while the engine runs.
 #[pyclass(frozen, module = "ferrolite")]
 struct Session {
@@ -174,7 +175,7 @@ struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None, device = "cpu", isa = None))]
+    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None, device = "cpu", isa = None, max_memory = None))]
     fn new(
         py: Python<'_>,
         path_or_bytes: &Bound<'_, PyAny>,
@@ -182,6 +183,7 @@ impl Session {
         disabled_passes: Option<Vec<String>>,
         device: &str,
         isa: Option<String>,
+        max_memory: Option<u64>,
     ) -> PyResult<Session> {
         let device: ferrolite::DeviceOption = device
             .parse()
@@ -191,6 +193,7 @@ impl Session {
             disabled_passes: disabled_passes.unwrap_or_default(),
             device,
             isa,
+            max_memory,
             ..SessionOptions::default()
         };
         let session = if let Ok(b) = path_or_bytes.downcast::<PyBytes>() {

@@ -109,6 +109,16 @@ def test_errors_carry_the_engine_message():
     assert issubclass(ferrolite.FerroliteError, RuntimeError)
 
 
+def test_max_memory_refuses_a_plan_over_it():
+    x = np.zeros((1, 3, 48, 192), np.float32)
+    want = ferrolite.Session(DEMO).run(None, {"x": x})[0]
+    roomy = ferrolite.Session(DEMO, max_memory=256 << 20)
+    np.testing.assert_array_equal(roomy.run(None, {"x": x})[0], want)
+    tight = ferrolite.Session(DEMO, max_memory=100_000)
+    with pytest.raises(ferrolite.FerroliteError, match="memory limit"):
+        tight.run(None, {"x": x})
+
+
 def test_isa_option_forces_the_portable_kernels():
     x = np.random.default_rng(3).standard_normal((1, 3, 48, 192)).astype(np.float32)
     fast = ferrolite.Session(DEMO).run(None, {"x": x})[0]

@@ -37,7 +37,7 @@ pub use partition::{Partition, PartitionOptions, PartitionReport};
 pub use quantize::Quantize;
 pub use remove_neutral::RemoveNeutral;
 
-use crate::infer::infer_graph;
+use crate::infer::{infer_graph_folding, MAX_FOLD_BYTES};
 use crate::{Error, Graph, Result, TensorInfo, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -189,6 +189,17 @@ pub fn optimize(
     passes: &[Box<dyn Pass>],
     disabled: &[String],
 ) -> Result<HashSet<String>> {
+    optimize_folding(graph, input_types, passes, disabled, MAX_FOLD_BYTES)
+}
+
+/// [`optimize`], folding constants of at most `max_fold_bytes` each.
+pub fn optimize_folding(
+    graph: &mut Graph,
+    input_types: &[TensorInfo],
+    passes: &[Box<dyn Pass>],
+    disabled: &[String],
+    max_fold_bytes: usize,
+) -> Result<HashSet<String>> {
     for d in disabled {
         if !passes.iter().any(|p| p.name() == d) {
             let names: Vec<&str> = passes.iter().map(|p| p.name()).collect();
@@ -202,7 +213,7 @@ pub fn optimize(
     if let Some(dir) = &dump_dir {
         dump(dir, 0, "loaded", graph)?;
     }
-    let mut dynamic = infer_graph(graph, input_types)?;
+    let mut dynamic = infer_graph_folding(graph, input_types, max_fold_bytes)?;
     if let Some(dir) = &dump_dir {
         dump(dir, 1, SHAPE_INFERENCE, graph)?;
     }
