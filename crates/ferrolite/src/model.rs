@@ -149,7 +149,31 @@ pub fn is_paddle(path: &Path) -> bool {
 /// Loads a Paddle model: a folder, or a program file with an optional params file (combined
 /// file, or a folder of per-variable files).
 pub fn load_paddle(model: &Path, params: Option<&Path>) -> Result<Model> {
-    let m = ferrolite_paddle::load(model, params)?;
+    paddle_model(ferrolite_paddle::load(model, params)?)
+}
+
+/// Loads a Paddle model from memory: a program and its combined parameters (empty when the
+/// program has no saved variables).
+pub fn load_paddle_bytes(program: &[u8], params: &[u8]) -> Result<Model> {
+    use ferrolite_paddle::model::{persistable_vars, read_combined};
+    let p = ferrolite_paddle::decode_program(program)?;
+    let tensors = read_combined(params, &persistable_vars(&p))?;
+    paddle_model(ferrolite_paddle::convert_program(&p, tensors)?)
+}
+
+/// Loads a Paddle model from memory with one parameter file per variable: `fetch` returns a
+/// variable's file contents by name.
+pub fn load_paddle_separate(
+    program: &[u8],
+    fetch: impl FnMut(&str) -> ferrolite_paddle::Result<Vec<u8>>,
+) -> Result<Model> {
+    use ferrolite_paddle::model::{persistable_vars, read_separate_with};
+    let p = ferrolite_paddle::decode_program(program)?;
+    let tensors = read_separate_with(&persistable_vars(&p), fetch)?;
+    paddle_model(ferrolite_paddle::convert_program(&p, tensors)?)
+}
+
+fn paddle_model(m: ferrolite_paddle::PaddleModel) -> Result<Model> {
     Ok(Model {
         graph: m.graph,
         format: Format::Paddle,

@@ -9,6 +9,6 @@ pub mod proto;
 pub mod tensor;
 
 pub use model::{
-    load_model, load_model_file, load_model_partial, read_tensor_file, write_tensor_file,
-    OnnxModel, PartialModel,
+    decode_tensor_bytes, load_model, load_model_file, load_model_partial, read_tensor_file,
+    write_tensor_file, OnnxModel, PartialModel,
 };

@@ -495,13 +495,18 @@ fn declared_type(t: Option<&TypeProto>) -> std::result::Result<Option<DeclaredTy
 /// Reads a serialized TensorProto (an ONNX test-data `.pb` file): its name and value.
 pub fn read_tensor_file(path: &Path) -> Result<(String, Tensor)> {
     let bytes = read_file(path)?;
-    let t = TensorProto::decode(bytes.as_slice()).map_err(|e| {
-        Error::InvalidModel(format!(
-            "{}: not a serialized TensorProto: {e}",
-            path.display()
-        ))
-    })?;
-    let tensor = decode(&t, Some(model_dir_of(path)))?;
+    decode_tensor_bytes(&bytes, Some(model_dir_of(path))).map_err(|e| match e {
+        Error::InvalidModel(m) => Error::InvalidModel(format!("{}: {m}", path.display())),
+        e => e,
+    })
+}
+
+/// Decodes a serialized TensorProto: its name and value. `dir` is the folder external data is
+/// relative to; without it, external data is an error.
+pub fn decode_tensor_bytes(bytes: &[u8], dir: Option<&Path>) -> Result<(String, Tensor)> {
+    let t = TensorProto::decode(bytes)
+        .map_err(|e| Error::InvalidModel(format!("not a serialized TensorProto: {e}")))?;
+    let tensor = decode(&t, dir)?;
     Ok((t.name, tensor))
 }
 

@@ -257,25 +257,54 @@ pub fn read_combined(bytes: &[u8], vars: &[&VarDesc]) -> Result<HashMap<String, 
     Ok(out)
 }
 
-/// Reads one file per variable from `dir`; each must hold exactly one tensor.
+/// Reads one file per variable from `dir`; each must hold exactly one tensor. A variable's
+/// name is its file's name: names that are not plain file names, and files that resolve
+/// (through a symbolic link) to outside `dir`, are refused.
 pub fn read_separate(dir: &Path, vars: &[&VarDesc]) -> Result<HashMap<String, Tensor>> {
+    let canon_dir = dir.canonicalize().map_err(io(dir))?;
+    read_separate_with(vars, |name| {
+        let path = dir.join(name);
+        if !path.is_file() {
+            return Err(Error::MissingVariable {
+                var: name.to_string(),
+                path: path.display().to_string(),
+            });
+        }
+        let canon = path.canonicalize().map_err(io(&path))?;
+        if !canon.starts_with(&canon_dir) {
+            return Err(Error::Mismatch {
+                var: name.to_string(),
+                message: format!(
+                    "the parameter file {} resolves to {}, outside the model's folder",
+                    path.display(),
+                    canon.display()
+                ),
+            });
+        }
+        std::fs::read(&canon).map_err(io(&path))
+    })
+}
+
+/// [`read_separate`] over any source of per-variable bytes: `fetch` returns a variable's
+/// file contents by name (names that could leave a folder are refused before it is asked).
+pub fn read_separate_with(
+    vars: &[&VarDesc],
+    mut fetch: impl FnMut(&str) -> Result<Vec<u8>>,
+) -> Result<HashMap<String, Tensor>> {
     let mut out = HashMap::with_capacity(vars.len());
     for v in vars {
         // A variable name is a file name here: refuse anything that could leave the folder.
-        if v.name.is_empty() || v.name.contains(['/', '\\']) || v.name == ".." || v.name == "." {
+        if v.name.is_empty()
+            || v.name.contains(['/', '\\', '\0'])
+            || v.name == ".."
+            || v.name == "."
+        {
             return Err(Error::Mismatch {
                 var: v.name.clone(),
                 message: "the name cannot be a parameter file name".into(),
             });
         }
-        let path = dir.join(&v.name);
-        if !path.is_file() {
-            return Err(Error::MissingVariable {
-                var: v.name.clone(),
-                path: path.display().to_string(),
-            });
-        }
-        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        let bytes = fetch(&v.name)?;
         let mut r = Reader::new(&bytes);
         let t = r.tensor(&v.name, tensor_desc(v))?;
         if r.remaining() > 0 {

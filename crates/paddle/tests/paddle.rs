@@ -676,7 +676,40 @@ fn noncombined_missing_file_is_named() {
         ferrolite_paddle::load(&dir, None),
         Err(Error::TrailingData { .. })
     ));
+    // A parameter file that is a symbolic link out of the folder is refused, naming it.
+    let outside = std::env::temp_dir().join(format!("ferrolite-paddle-out-{}", std::process::id()));
+    std::fs::write(&outside, &b).unwrap();
+    std::fs::remove_file(dir.join("b_w")).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("b_w")).unwrap();
+    let e = ferrolite_paddle::load(&dir, None).unwrap_err().to_string();
+    assert!(
+        e.contains("b_w") && e.contains("outside the model's folder"),
+        "{e}"
+    );
+    let _ = std::fs::remove_file(&outside);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn parameter_names_that_leave_the_folder_are_refused() {
+    for bad in ["../a_w", "/etc/passwd", "..", "a\\w", "a\0w"] {
+        let mut p = two_param_program();
+        for v in &mut p.blocks[0].vars {
+            if v.name == "a_w" {
+                v.name = bad.to_string();
+            }
+        }
+        let vars = persistable_vars(&p);
+        let e = ferrolite_paddle::model::read_separate_with(
+            &vars,
+            |name: &str| -> ferrolite_paddle::Result<Vec<u8>> {
+                panic!("asked for the file of '{name}'")
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cannot be a parameter file name"), "{bad}: {e}");
+    }
 }
 
 #[test]
@@ -813,4 +846,34 @@ fn model_zoo_matches_onnx_references() {
         }
     }
     assert!(ran >= 5, "only {ran} Paddle models found");
+}
+
+/// Writes small Paddle fuzz seeds (the test programs above, packed as fuzz/src/lib.rs reads
+/// them) into `$FERROLITE_FUZZ_SEEDS/paddle_combined` and `.../paddle_separate`;
+/// scripts/fuzz-corpus runs it. Ignored otherwise.
+#[test]
+#[ignore]
+fn write_fuzz_seeds() {
+    let Some(dir) = std::env::var_os("FERROLITE_FUZZ_SEEDS").map(PathBuf::from) else {
+        eprintln!("set FERROLITE_FUZZ_SEEDS to a folder");
+        return;
+    };
+    let p = two_param_program().encode_to_vec();
+    let (a, b) = params_bytes();
+    let mut combined = (p.len() as u32).to_le_bytes().to_vec();
+    combined.extend(&p);
+    combined.extend(&a);
+    combined.extend(&b);
+    let mut separate = (p.len() as u32).to_le_bytes().to_vec();
+    separate.extend(&p);
+    for (name, data) in [("a_w", &a), ("b_w", &b)] {
+        separate.extend((name.len() as u16).to_le_bytes());
+        separate.extend(name.as_bytes());
+        separate.extend((data.len() as u32).to_le_bytes());
+        separate.extend(data.iter());
+    }
+    for (target, data) in [("paddle_combined", combined), ("paddle_separate", separate)] {
+        std::fs::create_dir_all(dir.join(target)).unwrap();
+        std::fs::write(dir.join(target).join("two_param_program"), data).unwrap();
+    }
 }
