@@ -1,5 +1,7 @@
-//! One `Session` shared by 8 threads, 50 runs each, every output checked against the reference:
-//! concurrent runs share the weights and must not share buffers.
+//! One `Session` shared by 8 threads, every output checked: concurrent runs share the weights
+//! and must not share buffers. The soak runs `FERROLITE_SOAK_RUNS` runs per thread (default
+//! 1000) over several input shapes, bit for bit against the same session's answers computed
+//! one run at a time.
 
 use ferrolite::onnx::model::read_tensor_file;
 use ferrolite::{Session, SessionOptions, Tensor, TensorView};
@@ -87,6 +89,81 @@ fn eight_threads_fifty_runs_each() {
         }
         for h in handles {
             h.join().expect("a worker thread failed");
+        }
+    });
+}
+
+/// Runs per thread of the soak: `FERROLITE_SOAK_RUNS` (default 1000).
+fn soak_runs() -> usize {
+    std::env::var("FERROLITE_SOAK_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+#[test]
+fn soak_eight_threads_mixed_shapes_bit_exact() {
+    let Some(case) = case_dir() else { return };
+    let session = Session::from_path(
+        case.join("model.onnx"),
+        SessionOptions::default().with_threads(2),
+    )
+    .unwrap();
+    let input = &session.inputs()[0];
+    let name = input.name.clone();
+    // Text lines 48 high and 32, 96 or 192 wide when the model takes them (the classifier
+    // does), else the reference input's shape.
+    let (_, reference) = read_tensor_file(&case.join("test_data_set_0/input_0.pb")).unwrap();
+    let free =
+        input.check_shape(&[1, 3, 48, 32]).is_ok() && input.check_shape(&[1, 3, 48, 96]).is_ok();
+    let shapes: Vec<Vec<usize>> = if free {
+        [32, 96, 192].map(|w| vec![1, 3, 48, w]).to_vec()
+    } else {
+        vec![reference.shape().to_vec()]
+    };
+    // Two inputs per shape, and each answer from a run on its own.
+    let cases: Vec<(Tensor, Vec<u32>)> = shapes
+        .iter()
+        .flat_map(|shape| {
+            (0..2).map(move |k| {
+                let n: usize = shape.iter().product();
+                let data: Vec<f32> = (0..n)
+                    .map(|i| ((i * (5 + k)) % 17) as f32 / 8.0 - 1.0)
+                    .collect();
+                Tensor::from_vec(shape, data).unwrap()
+            })
+        })
+        .map(|x| {
+            let out = session.run(&[(name.as_str(), x.clone())]).unwrap();
+            let bits = out
+                .iter()
+                .next()
+                .unwrap()
+                .1
+                .as_slice::<f32>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            (x, bits)
+        })
+        .collect();
+    let runs = soak_runs();
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let (session, cases, name) = (&session, &cases, name.as_str());
+            s.spawn(move || {
+                for r in 0..runs {
+                    let (x, want) = &cases[(t * 7 + r) % cases.len()];
+                    let out = session.run_refs(&[(name, x)]).unwrap();
+                    let got = out.iter().next().unwrap().1.as_slice::<f32>().unwrap();
+                    assert!(
+                        got.iter().map(|v| v.to_bits()).eq(want.iter().copied()),
+                        "thread {t} run {r}: shape {:?} differs from its single run",
+                        x.shape()
+                    );
+                }
+            });
         }
     });
 }
