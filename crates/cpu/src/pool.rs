@@ -57,6 +57,11 @@ fn pool(p: &Pool, r: &Req) -> Built {
     let avg = needs(averages(p), "max or average pooling without indices")?;
     let g = p.geometry(x).map_err(|e| e.to_string())?;
     let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).map_err(|_| "needs a 2-D pool")?;
+    // Its padded row holds the whole window: one far wider than the input (a hostile or
+    // degenerate kernel_shape) is left to the reference, which visits only the input.
+    if gw.effective_kernel() > 2 * gw.input + 64 {
+        return Err("needs a window at most about twice the input's width".into());
+    }
     let isa = r.cx.isa;
     Ok(Box::new(PoolKernel {
         isa,
@@ -109,19 +114,10 @@ impl AxisPlan {
     pub(crate) fn new(g: &AxisGeometry) -> AxisPlan {
         let (mut lo, mut hi, mut padded) = (Vec::new(), Vec::new(), Vec::new());
         for o in 0..g.output {
-            let inside = |k: usize| {
-                let p = g.tap(o, k);
-                p >= 0 && p < g.input as i64
-            };
-            let l = (0..g.kernel).find(|&k| inside(k)).unwrap_or(g.kernel);
-            let h = (l..g.kernel).find(|&k| !inside(k)).unwrap_or(g.kernel);
+            let (l, h) = g.valid_taps(o);
             lo.push(l);
-            hi.push(h.max(l));
-            padded.push(
-                (0..g.kernel)
-                    .filter(|&k| g.tap(o, k) < (g.input + g.pad_end) as i64)
-                    .count(),
-            );
+            hi.push(h);
+            padded.push(g.padded_taps(o));
         }
         AxisPlan { lo, hi, padded }
     }

@@ -52,6 +52,28 @@ impl AxisGeometry {
     pub fn tap(&self, o: usize, k: usize) -> i64 {
         (o * self.stride + k * self.dilation) as i64 - self.pad_begin as i64
     }
+
+    /// The taps `k` in `[lo, hi)` of output `o` that land inside the input, computed rather
+    /// than searched, so that a window far larger than the input costs nothing.
+    pub fn valid_taps(&self, o: usize) -> (usize, usize) {
+        let start = (o * self.stride) as i128 - self.pad_begin as i128;
+        let d = self.dilation as i128;
+        let k = self.kernel as i128;
+        // Smallest k with start + k*d >= 0, and smallest k with start + k*d >= input.
+        let first_at_least = |bound: i128| ((bound - start).max(0) + d - 1) / d;
+        let lo = first_at_least(0).min(k);
+        let hi = first_at_least(self.input as i128).clamp(lo, k);
+        (lo as usize, hi as usize)
+    }
+
+    /// The taps of output `o` before the end padding runs out (what `count_include_pad`
+    /// counts): those at positions below `input + pad_end`.
+    pub fn padded_taps(&self, o: usize) -> usize {
+        let start = (o * self.stride) as i128 - self.pad_begin as i128;
+        let d = self.dilation as i128;
+        let limit = (self.input + self.pad_end) as i128;
+        (((limit - start).max(0) + d - 1) / d).min(self.kernel as i128) as usize
+    }
 }
 
 /// Largest value accepted for a kernel, stride, dilation or pad: keeps every product of the
@@ -204,6 +226,53 @@ pub fn window_geometry(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn computed_tap_ranges_match_a_scan_of_every_tap() {
+        for input in 1..7 {
+            for kernel in 1..6 {
+                for stride in 1..4 {
+                    for dilation in 1..4 {
+                        for (pad_begin, pad_end) in [(0, 0), (1, 0), (2, 3), (5, 5)] {
+                            let g = AxisGeometry {
+                                input,
+                                kernel,
+                                stride,
+                                dilation,
+                                pad_begin,
+                                pad_end,
+                                output: 6,
+                            };
+                            for o in 0..g.output {
+                                let inside: Vec<usize> = (0..kernel)
+                                    .filter(|&k| (0..input as i64).contains(&g.tap(o, k)))
+                                    .collect();
+                                let (lo, hi) = g.valid_taps(o);
+                                assert_eq!((lo..hi).collect::<Vec<_>>(), inside, "{g:?} o={o}");
+                                let padded = (0..kernel)
+                                    .filter(|&k| g.tap(o, k) < (input + pad_end) as i64)
+                                    .count();
+                                assert_eq!(g.padded_taps(o), padded, "{g:?} o={o}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // A window of 2^26 taps costs nothing to describe.
+        let g = AxisGeometry {
+            input: 15,
+            kernel: 1 << 26,
+            stride: 2,
+            dilation: 1,
+            pad_begin: (1 << 25) - 7,
+            pad_end: 1 << 25,
+            output: 8,
+        };
+        let (lo, hi) = g.valid_taps(3);
+        assert_eq!(hi - lo, 15);
+    }
+
     use super::*;
 
     fn out(

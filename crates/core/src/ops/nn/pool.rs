@@ -137,12 +137,6 @@ impl Op for Pool {
         let planes = x.shape()[0] * x.shape()[1];
         let out_spatial: Vec<usize> = geom.iter().map(|g| g.output).collect();
         let out_plane: usize = out_spatial.iter().product();
-        let kernel: Vec<usize> = geom.iter().map(|g| g.kernel).collect();
-        // A hostile kernel_shape could overflow the product.
-        let taps = kernel
-            .iter()
-            .try_fold(1usize, |a, &k| a.checked_mul(k))
-            .ok_or_else(|| crate::OpError(format!("kernel {kernel:?} is too large")))?;
         let in_str = strides(&spatial_in);
         // Column-major strides of the spatial axes, for storage_order = 1 indices.
         let mut col_str = vec![1usize; spatial_in.len()];
@@ -150,9 +144,13 @@ impl Op for Pool {
             col_str[a] = col_str[a - 1] * spatial_in[a - 1];
         }
         let out_str = strides(&out_spatial);
-        let k_str = strides(&kernel);
         let mut ys = Vec::with_capacity(planes * out_plane);
         let mut idx = Vec::new();
+        let rank = geom.len();
+        // Per output, per axis: the taps inside the input (only those are visited, in the
+        // window's row-major order, so a window far larger than the input costs nothing).
+        let mut ranges = vec![(0usize, 0usize); rank];
+        let mut k = vec![0usize; rank];
         for pl in 0..planes {
             let src = &xs[pl * plane..(pl + 1) * plane];
             for o in 0..out_plane {
@@ -161,34 +159,29 @@ impl Op for Pool {
                     _ => 0.0,
                 };
                 let mut best: Option<usize> = None;
-                let mut count = 0usize;
-                for t in 0..taps {
-                    let mut off = 0usize;
-                    let mut inside = true;
-                    let mut in_pad_region = true;
-                    let mut col_off = 0usize;
+                let (mut inside, mut padded) = (1usize, 1usize);
+                for (a, g) in geom.iter().enumerate() {
+                    let oa = (o / out_str[a]) % g.output;
+                    ranges[a] = g.valid_taps(oa);
+                    inside *= ranges[a].1 - ranges[a].0;
+                    padded = padded.saturating_mul(g.padded_taps(oa));
+                }
+                let count = if self.count_include_pad {
+                    padded
+                } else {
+                    inside
+                };
+                for (ka, r) in k.iter_mut().zip(&ranges) {
+                    *ka = r.0;
+                }
+                for _ in 0..inside {
+                    let (mut off, mut col_off) = (0usize, 0usize);
                     for (a, g) in geom.iter().enumerate() {
-                        let oa = (o / out_str[a]) % g.output;
-                        let ka = (t / k_str[a]) % g.kernel;
-                        let pos = g.tap(oa, ka);
-                        if pos < 0 || pos >= g.input as i64 {
-                            inside = false;
-                            if pos >= (g.input + g.pad_end) as i64 {
-                                in_pad_region = false;
-                            }
-                        } else {
-                            off += pos as usize * in_str[a];
-                            col_off += pos as usize * col_str[a];
-                        }
-                    }
-                    if !inside {
-                        if self.count_include_pad && in_pad_region {
-                            count += 1;
-                        }
-                        continue;
+                        let pos = g.tap((o / out_str[a]) % g.output, k[a]) as usize;
+                        off += pos * in_str[a];
+                        col_off += pos * col_str[a];
                     }
                     let v = src[off];
-                    count += 1;
                     match self.kind {
                         PoolKind::Max => {
                             if best.is_none() || v > acc {
@@ -203,6 +196,14 @@ impl Op for Pool {
                         }
                         PoolKind::Average => acc += v,
                         PoolKind::Lp => acc += v.abs().powf(self.p),
+                    }
+                    // The next tap, the last axis fastest.
+                    for a in (0..rank).rev() {
+                        k[a] += 1;
+                        if k[a] < ranges[a].1 {
+                            break;
+                        }
+                        k[a] = ranges[a].0;
                     }
                 }
                 ys.push(match self.kind {
