@@ -46,6 +46,13 @@ impl MatMulShapes {
             "inner dimensions differ: input 0 (A) {a:?} has {ka} columns, input 1 (B) {b:?} has {kb} rows"
         );
         let batch = broadcast_shapes(&a_batch, &b_batch)?;
+        op_ensure!(
+            batch
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .is_some(),
+            "the batch dimensions {batch:?} have too many elements"
+        );
         let mut output = batch.clone();
         if a.len() > 1 {
             output.push(m);
@@ -65,7 +72,12 @@ impl MatMulShapes {
     }
 
     /// For each batch of the output (row-major), the index of the A matrix and the B matrix.
+    /// None when the output is empty: a zero-sized matrix makes the batches nothing to compute,
+    /// however many there are.
     pub fn batch_indices(&self) -> (Vec<usize>, Vec<usize>) {
+        if self.m == 0 || self.n == 0 {
+            return (Vec::new(), Vec::new());
+        }
         (
             broadcast_offsets(&self.a_batch, &self.batch),
             broadcast_offsets(&self.b_batch, &self.batch),
@@ -270,6 +282,17 @@ impl Op for MatMulInteger {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn hostile_batch_dims_are_errors_or_nothing_to_compute() {
+        // 2^40 batches of 0x3 matrices: an empty output, and no batch list to build.
+        let s = MatMulShapes::new(&[1 << 20, 1 << 20, 0, 3], &[3, 4]).unwrap();
+        assert_eq!(s.batch_indices(), (vec![], vec![]));
+        // Batch dims whose product overflows.
+        let e = MatMulShapes::new(&[1 << 40, 1 << 40, 0, 3], &[1, 1 << 40, 3, 4]).unwrap_err();
+        assert!(e.0.contains("too many elements"), "{e}");
+    }
+
     use super::*;
 
     fn mm(a: &Tensor, b: &Tensor) -> OpResult<Tensor> {
