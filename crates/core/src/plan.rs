@@ -705,6 +705,11 @@ mod tests {
 
     /// a = Relu(x), b = Neg(a), c = Relu(b), y = a + c, over `n` f32s.
     fn plan(n: usize) -> Plan {
+        plan_with(n, None)
+    }
+
+    /// [`plan`] with kernels from `provider`.
+    fn plan_with(n: usize, provider: Option<&dyn KernelProvider>) -> Plan {
         let mut g = Graph::new();
         let x = g.add_value("x");
         g.inputs.push(x);
@@ -721,7 +726,7 @@ mod tests {
         let y = g.add_op("y", add, vec![Some(a), Some(c)], 1).unwrap()[0];
         g.outputs.push(y);
         let dynamic = infer_graph(&mut g, &[TensorInfo::new(DType::F32, vec![n])]).unwrap();
-        Plan::build(&g, &dynamic, None).unwrap()
+        Plan::build(&g, &dynamic, provider).unwrap()
     }
 
     #[test]
@@ -770,22 +775,8 @@ mod tests {
     #[test]
     fn prepacked_bytes_sum_over_steps() {
         assert_eq!(plan(256).prepacked_bytes(), 0);
-        let mut g = Graph::new();
-        let x = g.add_value("x");
-        g.inputs.push(x);
-        let a = g
-            .add_op("a", unary(UnaryKind::Relu), vec![Some(x)], 1)
-            .unwrap()[0];
-        let b = g
-            .add_op("b", unary(UnaryKind::Neg), vec![Some(a)], 1)
-            .unwrap()[0];
-        let y = g
-            .add_op("y", unary(UnaryKind::Relu), vec![Some(b)], 1)
-            .unwrap()[0];
-        g.outputs.push(y);
-        let dynamic = infer_graph(&mut g, &[TensorInfo::new(DType::F32, vec![16])]).unwrap();
-        let p = Plan::build(&g, &dynamic, Some(&PrepackingRelu)).unwrap();
-        assert_eq!(p.prepacked_bytes(), 200);
+        // Two Relu steps (a and c) of 100 bytes each.
+        assert_eq!(plan_with(16, Some(&PrepackingRelu)).prepacked_bytes(), 200);
     }
 
     /// Runs the reference, then copies into the planned outputs (as fast kernels do).
