@@ -173,8 +173,10 @@ impl ConvTranspose {
     }
 }
 
-/// Plain ConvTranspose; pushes every output element in row-major order. Each output element
-/// gathers the input positions `i` with `i*stride + k*dilation - pad_begin == o`.
+/// Plain ConvTranspose; pushes every output element in row-major order. Each input element
+/// scatters into the outputs `o = i*stride + k*dilation - pad_begin` its taps reach, so the
+/// work follows the input and the kernel, not the output times the kernel (a wide kernel over
+/// a large output made the gathering form take seconds for a few million products).
 pub fn conv_transpose_reference(
     s: &ConvTransposeShapes,
     x: &[f64],
@@ -187,37 +189,41 @@ pub fn conv_transpose_reference(
     let mg = s.out_channels / s.group;
     let in_size: usize = s.input.iter().product();
     let k_size: usize = s.kernel.iter().product();
-    let mut pos = vec![0usize; rank];
+    let out_size: usize = s.output.iter().product();
+    let mut y = vec![0f64; s.batch * s.out_channels * out_size];
     for n in 0..s.batch {
-        for m in 0..s.out_channels {
-            let (grp, mm) = (m / mg, m % mg);
-            for_each_index(&s.output, |o| {
-                let mut acc = bias.map_or(0.0, |b| b[m]);
+        for ci in 0..s.in_channels {
+            let grp = ci / cg;
+            let xs = &x[(n * s.in_channels + ci) * in_size..][..in_size];
+            let mut ii = 0;
+            for_each_index(&s.input, |p| {
+                let xv = xs[ii];
+                ii += 1;
                 let mut ki = 0;
                 for_each_index(&s.kernel, |k| {
-                    let mut inside = true;
+                    let mut off = Some(0usize);
                     for d in 0..rank {
-                        let t = o[d] as i64 + s.pad_begin[d] - (k[d] * s.dilations[d]) as i64;
-                        let st = s.strides[d] as i64;
-                        if t < 0 || t % st != 0 || t / st >= s.input[d] as i64 {
-                            inside = false;
-                        } else {
-                            pos[d] = (t / st) as usize;
-                        }
+                        let o = (p[d] * s.strides[d]) as i128 + (k[d] * s.dilations[d]) as i128
+                            - s.pad_begin[d] as i128;
+                        off = off
+                            .filter(|_| o >= 0 && o < s.output[d] as i128)
+                            .map(|off| off * s.output[d] + o as usize);
                     }
-                    if inside {
-                        let off = pos.iter().zip(&s.input).fold(0, |o, (&p, &n)| o * n + p);
-                        for c in 0..cg {
-                            let ci = grp * cg + c;
-                            acc += x[(n * s.in_channels + ci) * in_size + off]
-                                * w[(ci * mg + mm) * k_size + ki];
+                    if let Some(off) = off {
+                        for mm in 0..mg {
+                            let m = grp * mg + mm;
+                            y[(n * s.out_channels + m) * out_size + off] +=
+                                xv * w[(ci * mg + mm) * k_size + ki];
                         }
                     }
                     ki += 1;
                 });
-                sink(acc);
             });
         }
+    }
+    for (i, v) in y.into_iter().enumerate() {
+        let m = (i / out_size) % s.out_channels.max(1);
+        sink(v + bias.map_or(0.0, |b| b[m]));
     }
 }
 
