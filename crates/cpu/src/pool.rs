@@ -59,8 +59,11 @@ fn pool(p: &Pool, r: &Req) -> Built {
     let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).map_err(|_| "needs a 2-D pool")?;
     // Its padded row holds the whole window: one far wider than the input (a hostile or
     // degenerate kernel_shape) is left to the reference, which visits only the input.
-    if gw.effective_kernel() > 2 * gw.input + 64 {
-        return Err("needs a window at most about twice the input's width".into());
+    if [&gh, &gw]
+        .iter()
+        .any(|g| g.effective_kernel() > 2 * g.input + 64)
+    {
+        return Err("needs a window at most about twice the input's size".into());
     }
     let isa = r.cx.isa;
     Ok(Box::new(PoolKernel {
@@ -175,7 +178,7 @@ impl PoolKernel {
         let (iw, ow) = (gw.input, gw.output);
         let (k, s, d) = (gw.kernel, gw.stride, gw.dilation);
         // The window's valid input rows.
-        let mut rows: Vec<&[f32]> = Vec::with_capacity(gh.kernel);
+        let mut rows: Vec<&[f32]> = Vec::with_capacity(gh.kernel.min(gh.input));
         for (oh, row) in dst.chunks_exact_mut(ow).enumerate() {
             rows.clear();
             for kh in self.h.lo[oh]..self.h.hi[oh] {
