@@ -441,6 +441,9 @@ pub struct Session {
     /// hosts that unload the library see every thread finished).
     workers: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
     plans: Mutex<PlanCache>,
+    /// Runs in flight on this session's pool: the idle workers poll for work only while one
+    /// run has the pool (see `in_pool`).
+    in_flight: std::sync::atomic::AtomicUsize,
     device: Option<Arc<dyn Device>>,
     /// The CPU backend, with the one ISA every kernel of this session uses.
     cpu: CpuBackend,
@@ -616,6 +619,7 @@ impl Session {
             pool: Some(pool),
             workers,
             plans: Mutex::new(HashMap::new()),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -844,8 +848,20 @@ impl Session {
             Some(cap) => with_tensor_limit(usize::try_from(cap).unwrap_or(usize::MAX), f),
             None => f(),
         };
+        use std::sync::atomic::Ordering;
+        struct Leave<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let alone = self.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
+        let _leave = Leave(&self.in_flight);
         match &self.pool {
-            Some(pool) if pool.current_num_threads() > 1 => {
+            // Polling workers run other jobs while they wait; with several runs sharing the
+            // pool, a poller could end up waiting above a job of its own run on one worker's
+            // stack and never return (the soak test hung so once). Only a run alone polls.
+            Some(pool) if pool.current_num_threads() > 1 && alone => {
                 pool.install(|| with_workers_polling(f))
             }
             Some(pool) => pool.install(f),
