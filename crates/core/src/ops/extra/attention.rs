@@ -301,7 +301,8 @@ impl Op for Attention {
             let ml = m.shape()[m.rank() - 1];
             let mv = m.to_f64_vec();
             let is_bool = m.dtype() == DType::Bool;
-            let outer = mv.len() / ml.max(1);
+            // From the leading dims, not the data: a mask of width 0 still has rows.
+            let outer: usize = m.shape()[..m.rank() - 1].iter().product();
             let mut full = vec![f64::NEG_INFINITY; outer * t];
             for o in 0..outer {
                 for j in 0..ml {
