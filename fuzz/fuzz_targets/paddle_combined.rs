@@ -1,9 +1,9 @@
-//! A Paddle program and its combined parameters: the input is a little-endian u32 program
-//! length, the program, then the parameters (see `ferrolite_fuzz::split_combined`).
+//! A Paddle program and its combined parameters, packed as
+//! `ferrolite::exercise::packed_paddle::split_combined` reads them.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    if let Some((program, params)) = ferrolite_fuzz::split_combined(data) {
+    if let Some((program, params)) = ferrolite::exercise::packed_paddle::split_combined(data) {
         let _ = ferrolite::exercise::paddle_combined(program, params);
     }
 });

@@ -1,37 +1,10 @@
-//! Shared pieces of the fuzz targets: how a Paddle model is packed into one input, and the
-//! structure-aware ONNX mutator.
+//! The structure-aware ONNX mutator of `onnx_structured`. (How a Paddle model is packed into one
+//! input is `ferrolite::exercise::packed_paddle`, shared with the regression replay.)
 
 use ferrolite::onnx::proto::{
     attribute_type, data_type, tensor_shape_proto, type_proto, ModelProto, NodeProto,
 };
 use prost::Message;
-
-fn u32_at(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
-}
-
-/// `[program length: u32 LE][program][params]` → (program, params).
-pub fn split_combined(data: &[u8]) -> Option<(&[u8], &[u8])> {
-    let n = u32_at(data, 0)? as usize;
-    let rest = &data[4..];
-    (n <= rest.len()).then(|| rest.split_at(n))
-}
-
-/// `[program length: u32 LE][program]` then files, each `[name length: u16 LE][name]
-/// [length: u32 LE][bytes]` → (program, files by name).
-pub fn split_separate(data: &[u8]) -> Option<(&[u8], Vec<(String, Vec<u8>)>)> {
-    let (program, mut rest) = split_combined(data)?;
-    let mut files = Vec::new();
-    while rest.len() >= 2 {
-        let name_len = u16::from_le_bytes([rest[0], rest[1]]) as usize;
-        let name = String::from_utf8_lossy(rest.get(2..2 + name_len)?).into_owned();
-        let len = u32_at(rest, 2 + name_len)? as usize;
-        let start = 6 + name_len;
-        files.push((name, rest.get(start..start + len)?.to_vec()));
-        rest = &rest[start + len..];
-    }
-    Some((program, files))
-}
 
 /// A small deterministic generator (xorshift), seeded by libFuzzer.
 struct Rng(u64);
@@ -54,20 +27,56 @@ impl Rng {
 
     /// Values that break arithmetic: zero, negatives, huge, and near the type limits.
     fn nasty_i64(&mut self) -> i64 {
-        const VALUES: [i64; 12] = [0, 1, -1, 2, 3, 7, 1 << 20, 1 << 31, 1 << 40, -(1 << 40), i64::MAX, i64::MIN];
+        const VALUES: [i64; 12] = [
+            0,
+            1,
+            -1,
+            2,
+            3,
+            7,
+            1 << 20,
+            1 << 31,
+            1 << 40,
+            -(1 << 40),
+            i64::MAX,
+            i64::MIN,
+        ];
         VALUES[self.below(VALUES.len())]
     }
 
     fn nasty_f32(&mut self) -> f32 {
-        const VALUES: [f32; 8] = [0.0, -1.0, 1e30, -1e30, f32::NAN, f32::INFINITY, f32::MIN_POSITIVE, 0.5];
+        const VALUES: [f32; 8] = [
+            0.0,
+            -1.0,
+            1e30,
+            -1e30,
+            f32::NAN,
+            f32::INFINITY,
+            f32::MIN_POSITIVE,
+            0.5,
+        ];
         VALUES[self.below(VALUES.len())]
     }
 }
 
 /// Op types to swap in: common ones, and ones with value-dependent shapes.
 const OPS: [&str; 16] = [
-    "Add", "Conv", "MatMul", "Reshape", "Expand", "Tile", "ConstantOfShape", "Range", "Resize", "Pad",
-    "Slice", "Gather", "Concat", "Transpose", "Softmax", "QLinearConv",
+    "Add",
+    "Conv",
+    "MatMul",
+    "Reshape",
+    "Expand",
+    "Tile",
+    "ConstantOfShape",
+    "Range",
+    "Resize",
+    "Pad",
+    "Slice",
+    "Gather",
+    "Concat",
+    "Transpose",
+    "Softmax",
+    "QLinearConv",
 ];
 
 /// One structural edit of a model, chosen by `seed`; `None` when `data` is not a model with a
@@ -105,7 +114,9 @@ pub fn mutate(data: &[u8], seed: u32) -> Option<Vec<u8>> {
             } else {
                 graph.output.get_mut(k - graph.input.len())?
             };
-            if let Some(type_proto::Value::TensorType(t)) = vi.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+            if let Some(type_proto::Value::TensorType(t)) =
+                vi.r#type.as_mut().and_then(|t| t.value.as_mut())
+            {
                 if rng.below(3) == 0 {
                     t.elem_type = rng.below(24) as i32;
                 } else if let Some(shape) = t.shape.as_mut() {
@@ -139,7 +150,8 @@ pub fn mutate(data: &[u8], seed: u32) -> Option<Vec<u8>> {
                 }
                 _ => {
                     t.data_type = data_type::FLOAT;
-                    t.raw_data.extend(std::iter::repeat_n(0xff, 1 + rng.below(64)));
+                    t.raw_data
+                        .extend(std::iter::repeat_n(0xff, 1 + rng.below(64)));
                 }
             }
         }
@@ -158,7 +170,10 @@ pub fn mutate(data: &[u8], seed: u32) -> Option<Vec<u8>> {
                 return None;
             }
             let a = rng.below(n - 1);
-            let later = graph.node[a + 1 + rng.below(n - 1 - a)].output.first()?.clone();
+            let later = graph.node[a + 1 + rng.below(n - 1 - a)]
+                .output
+                .first()?
+                .clone();
             let early = &mut graph.node[a];
             match early.input.len() {
                 0 => early.input.push(later),
@@ -201,24 +216,4 @@ pub fn mutate(data: &[u8], seed: u32) -> Option<Vec<u8>> {
 fn pick_node<'a>(nodes: &'a mut [NodeProto], rng: &mut Rng) -> Option<&'a mut NodeProto> {
     let n = nodes.len();
     nodes.get_mut(rng.below(n))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn packed_paddle_inputs_split_back() {
-        let mut data = 3u32.to_le_bytes().to_vec();
-        data.extend(b"abc");
-        data.extend(2u16.to_le_bytes());
-        data.extend(b"w0");
-        data.extend(2u32.to_le_bytes());
-        data.extend(b"xy");
-        let (program, files) = split_separate(&data).unwrap();
-        assert_eq!(program, b"abc");
-        assert_eq!(files, vec![("w0".to_string(), b"xy".to_vec())]);
-        assert_eq!(split_combined(&data).unwrap().0, b"abc");
-        assert!(split_combined(&[9, 0, 0, 0, 1]).is_none());
-    }
 }

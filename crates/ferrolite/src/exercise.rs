@@ -72,6 +72,66 @@ pub fn paddle_separate(program: &[u8], files: &[(String, Vec<u8>)]) -> Result<()
     exercise(&Session::from_model(model, options())?)
 }
 
+/// One fuzz input holding a Paddle program and its parameters. The fuzz targets and the
+/// regression replay (`tests/hostile.rs`) both read it through here.
+///
+/// Combined: `[program length: u32 LE][program][params]`. Separate: the same start, then one
+/// file per variable, each `[name length: u16 LE][name][length: u32 LE][bytes]`.
+pub mod packed_paddle {
+    fn u32_at(data: &[u8], at: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(
+            data.get(at..at.checked_add(4)?)?.try_into().ok()?,
+        ))
+    }
+
+    /// (program, params); `None` when the program length runs past the data.
+    pub fn split_combined(data: &[u8]) -> Option<(&[u8], &[u8])> {
+        let n = u32_at(data, 0)? as usize;
+        let rest = &data[4..];
+        (n <= rest.len()).then(|| rest.split_at(n))
+    }
+
+    /// (program, files by name); `None` when a length runs past the data.
+    pub fn split_separate(data: &[u8]) -> Option<(&[u8], Vec<(String, Vec<u8>)>)> {
+        let (program, mut rest) = split_combined(data)?;
+        let mut files = Vec::new();
+        while rest.len() >= 2 {
+            let name_len = u16::from_le_bytes([rest[0], rest[1]]) as usize;
+            let name = String::from_utf8_lossy(rest.get(2..2 + name_len)?).into_owned();
+            let len = u32_at(rest, 2 + name_len)? as usize;
+            let start = 6 + name_len;
+            files.push((name, rest.get(start..start.checked_add(len)?)?.to_vec()));
+            rest = &rest[start + len..];
+        }
+        Some((program, files))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn packed_inputs_split_back() {
+            let mut data = 3u32.to_le_bytes().to_vec();
+            data.extend(b"abc");
+            data.extend(2u16.to_le_bytes());
+            data.extend(b"w0");
+            data.extend(2u32.to_le_bytes());
+            data.extend(b"xy");
+            let (program, files) = split_separate(&data).unwrap();
+            assert_eq!(program, b"abc");
+            assert_eq!(files, vec![("w0".to_string(), b"xy".to_vec())]);
+            assert_eq!(split_combined(&data).unwrap().0, b"abc");
+            assert!(split_combined(&[9, 0, 0, 0, 1]).is_none());
+            // A file length past the end, and a name cut short.
+            let mut short = data.clone();
+            short.truncate(data.len() - 1);
+            assert!(split_separate(&short).is_none());
+            assert!(split_separate(&data[..data.len() - 7]).is_none());
+        }
+    }
+}
+
 /// Decodes input-file bytes as the CLI reads them: `.npy` when they start with its magic,
 /// else a serialized ONNX `TensorProto`.
 pub fn tensor_file(bytes: &[u8]) -> Result<Tensor> {

@@ -58,30 +58,15 @@ fn fuzz_regressions_load_or_fail_without_panicking() {
     eprintln!("{replayed} fuzz regression inputs replayed");
 }
 
-/// The fuzz crate's packing (fuzz/src/lib.rs): `[u32 LE program length][program]` then the
-/// combined parameters, or files as `[u16 LE name length][name][u32 LE length][bytes]`.
+/// A packed Paddle input, as its fuzz target reads it.
 fn replay_paddle(target: &str, data: &[u8]) -> ferrolite::Result<()> {
+    use exercise::packed_paddle::{split_combined, split_separate};
     let bad = || ferrolite::Error::Other("not a packed Paddle input".into());
-    let n = u32::from_le_bytes(data.get(..4).ok_or_else(bad)?.try_into().unwrap()) as usize;
-    let program = data.get(4..4 + n).ok_or_else(bad)?;
-    let mut rest = &data[4 + n..];
     if target == "paddle_combined" {
-        return exercise::paddle_combined(program, rest);
+        let (program, params) = split_combined(data).ok_or_else(bad)?;
+        exercise::paddle_combined(program, params)
+    } else {
+        let (program, files) = split_separate(data).ok_or_else(bad)?;
+        exercise::paddle_separate(program, &files)
     }
-    let mut files = Vec::new();
-    while rest.len() >= 2 {
-        let name_len = u16::from_le_bytes([rest[0], rest[1]]) as usize;
-        let name = String::from_utf8_lossy(rest.get(2..2 + name_len).ok_or_else(bad)?).into_owned();
-        let len_at = 2 + name_len;
-        let len = u32::from_le_bytes(
-            rest.get(len_at..len_at + 4)
-                .ok_or_else(bad)?
-                .try_into()
-                .unwrap(),
-        ) as usize;
-        let body = rest.get(len_at + 4..len_at + 4 + len).ok_or_else(bad)?;
-        files.push((name, body.to_vec()));
-        rest = &rest[len_at + 4 + len..];
-    }
-    exercise::paddle_separate(program, &files)
 }
