@@ -5,6 +5,9 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::nn::tensor_from_f64;
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
+/// The most bilinear samples one RoiAlign may take: about a second of the reference's work.
+const MAX_SAMPLES: usize = 1 << 28;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct RoiAlign {
     /// Shift the ROI by half a pixel (`half_pixel`) rather than not (`output_half_pixel`).
@@ -103,6 +106,19 @@ impl Op for RoiAlign {
                 }
             };
             let (gh, gw) = (grid(rh, ph), grid(rw, pw));
+            // Each output element averages gh x gw samples: a huge sampling_ratio, or a huge
+            // ROI in adaptive mode, would spin for hours. Refuse past a budget of samples.
+            let samples = [gh, gw, ph, pw, c, os[0]]
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .filter(|&n| n <= MAX_SAMPLES);
+            if samples.is_none() {
+                op_bail!(
+                    "ROI {r} needs a {gh}x{gw} sampling grid per bin (sampling_ratio {}): \
+                     over {MAX_SAMPLES} samples in all",
+                    self.sampling_ratio
+                );
+            }
             let count = (gh * gw).max(1) as f64;
             // The four weighted taps of one sample point; none outside the feature map.
             let taps = |yy: f64, xx: f64| -> Option<[(usize, f64); 4]> {
@@ -190,5 +206,22 @@ mod tests {
         assert_eq!(y[0].to_f64_vec(), vec![2.5]);
         let bad = Tensor::from_slice(&[1], &[1i64]).unwrap();
         assert!(r.eval(&[Some(&x), Some(&rois), Some(&bad)]).is_err());
+    }
+
+    #[test]
+    fn huge_sampling_grids_are_refused() {
+        let x = Tensor::from_slice(&[1, 1, 2, 2], &[1.0f32, 2., 3., 4.]).unwrap();
+        let b = Tensor::from_slice(&[1], &[0i64]).unwrap();
+        let rois = Tensor::from_slice(&[1, 4], &[0.0f32, 0., 1., 1.]).unwrap();
+        let r = RoiAlign {
+            sampling_ratio: usize::MAX,
+            ..Default::default()
+        };
+        let err = r.eval(&[Some(&x), Some(&rois), Some(&b)]).unwrap_err();
+        assert!(err.to_string().contains("sampling grid"), "{err}");
+        // Adaptive sampling over a ROI of 1e30 pixels.
+        let rois = Tensor::from_slice(&[1, 4], &[0.0f32, 0., 1e30, 1e30]).unwrap();
+        let adaptive = RoiAlign::default();
+        assert!(adaptive.eval(&[Some(&x), Some(&rois), Some(&b)]).is_err());
     }
 }
