@@ -6,7 +6,9 @@ use std::fmt;
 /// The element type of a tensor.
 ///
 /// `Bool` is stored as one byte per element holding 0 or 1 and is read and written as `u8`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum DType {
     F32,
     F64,

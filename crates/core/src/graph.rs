@@ -18,7 +18,7 @@ pub struct ValueId(pub usize);
 pub struct NodeId(pub usize);
 
 /// One dimension of a declared (model-level) shape.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Dim {
     Fixed(usize),
     Symbolic(String),
@@ -35,7 +35,7 @@ impl std::fmt::Display for Dim {
 }
 
 /// A type as a model declares it: dtype and a shape that may have symbolic dims.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeclaredType {
     pub dtype: DType,
     /// `None` when the rank is unknown.

@@ -191,7 +191,7 @@ fn exponent_of(a: f64) -> i32 {
 }
 
 /// How E8M0 rounds a value that is not a power of two.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum E8M0Round {
     /// Up to the next power of two (the ONNX default).
     #[default]

@@ -84,7 +84,7 @@ pub const fn optional_output(name: &'static str) -> OutputSpec {
 }
 
 /// The dtype and concrete shape of a tensor.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TensorInfo {
     pub dtype: DType,
     pub shape: Vec<usize>,

@@ -23,7 +23,40 @@ struct Block([u8; 64]);
 pub struct Tensor {
     dtype: DType,
     shape: Vec<usize>,
-    data: Arc<Vec<Block>>,
+    data: Arc<Data>,
+}
+
+/// Bytes that tensors can view without copying: a memory-mapped model file, say. The tensors
+/// keep the owner alive.
+pub trait SharedBytes: Send + Sync + 'static {
+    fn bytes(&self) -> &[u8];
+}
+
+impl SharedBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// A tensor's memory: its own blocks, or a 64-byte-aligned range of shared bytes (read only:
+/// writing copies it first).
+#[derive(Clone)]
+enum Data {
+    Owned(Vec<Block>),
+    Shared {
+        owner: Arc<dyn SharedBytes>,
+        offset: usize,
+    },
+}
+
+impl Data {
+    /// The bytes from the tensor's start (possibly more than it holds).
+    fn raw(&self) -> &[u8] {
+        match self {
+            Data::Owned(blocks) => bytemuck::cast_slice(blocks),
+            Data::Shared { owner, offset } => &owner.bytes()[*offset..],
+        }
+    }
 }
 
 /// The memory of a tensor that is no longer needed, kept to back a later tensor (see
@@ -105,7 +138,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
-            data: Arc::new(alloc_blocks(bytes)?),
+            data: Arc::new(Data::Owned(alloc_blocks(bytes)?)),
         })
     }
 
@@ -130,7 +163,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: shape.to_vec(),
-            data: Arc::new(blocks),
+            data: Arc::new(Data::Owned(blocks)),
         })
     }
 
@@ -141,7 +174,10 @@ impl Tensor {
 
     /// The tensor's memory for reuse, when no other tensor shares it.
     pub fn into_storage(self) -> Option<Storage> {
-        Arc::try_unwrap(self.data).ok().map(Storage)
+        match Arc::try_unwrap(self.data).ok()? {
+            Data::Owned(blocks) => Some(Storage(blocks)),
+            Data::Shared { .. } => None,
+        }
     }
 
     /// A tensor from raw little-endian bytes. Bool bytes are normalised to 0/1.
@@ -235,13 +271,62 @@ impl Tensor {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<Block, u8>(&self.data)[..self.byte_len()]
+        &self.data.raw()[..self.byte_len()]
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         let len = self.byte_len();
-        &mut bytemuck::cast_slice_mut::<Block, u8>(Arc::make_mut(&mut self.data).as_mut_slice())
-            [..len]
+        &mut bytemuck::cast_slice_mut::<Block, u8>(self.owned_blocks())[..len]
+    }
+
+    /// The tensor's own blocks, copying shared data first.
+    fn owned_blocks(&mut self) -> &mut Vec<Block> {
+        if let Data::Shared { .. } = *self.data {
+            let len = self.byte_len();
+            let bytes = self.data.raw();
+            let mut blocks = vec![Block([0; 64]); len.div_ceil(64)];
+            bytemuck::cast_slice_mut::<Block, u8>(&mut blocks)[..len]
+                .copy_from_slice(&bytes[..len]);
+            self.data = Arc::new(Data::Owned(blocks));
+        }
+        match Arc::make_mut(&mut self.data) {
+            Data::Owned(blocks) => blocks,
+            Data::Shared { .. } => unreachable!("shared data was copied above"),
+        }
+    }
+
+    /// A tensor viewing `owner`'s bytes from `offset` without copying them, when they start
+    /// on a 64-byte boundary (else, and for bool, a copy).
+    pub fn from_shared(
+        dtype: DType,
+        shape: &[usize],
+        owner: Arc<dyn SharedBytes>,
+        offset: usize,
+    ) -> Result<Tensor> {
+        let len = checked_numel(shape)?
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::Tensor(format!("shape {shape:?} is too large")))?;
+        let all = owner.bytes();
+        let Some(bytes) = offset.checked_add(len).and_then(|end| all.get(offset..end)) else {
+            return Err(Error::Tensor(format!(
+                "{dtype} tensor of shape {shape:?} at offset {offset} runs past the {} bytes \
+                 it views",
+                all.len()
+            )));
+        };
+        if dtype == DType::Bool || !(bytes.as_ptr() as usize).is_multiple_of(64) {
+            return Tensor::from_bytes(dtype, shape, bytes);
+        }
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            data: Arc::new(Data::Shared { owner, offset }),
+        })
+    }
+
+    /// Whether the tensor views shared bytes (a mapped file) rather than memory of its own.
+    pub fn is_shared_view(&self) -> bool {
+        matches!(*self.data, Data::Shared { .. })
     }
 
     fn check_dtype<T: Elem>(&self) -> Result<()> {
@@ -260,17 +345,15 @@ impl Tensor {
     /// The elements as a slice. Bool tensors are read as `u8`.
     pub fn as_slice<T: Elem>(&self) -> Result<&[T]> {
         self.check_dtype::<T>()?;
-        Ok(&bytemuck::cast_slice::<Block, T>(&self.data)[..self.numel()])
+        // Owned blocks and shared views both start 64-byte aligned, so the cast holds.
+        Ok(bytemuck::cast_slice::<u8, T>(self.bytes()))
     }
 
     /// The elements as a mutable slice; copies the data first if it is shared.
     pub fn as_mut_slice<T: Elem>(&mut self) -> Result<&mut [T]> {
         self.check_dtype::<T>()?;
         let n = self.numel();
-        Ok(
-            &mut bytemuck::cast_slice_mut::<Block, T>(Arc::make_mut(&mut self.data).as_mut_slice())
-                [..n],
-        )
+        Ok(&mut bytemuck::cast_slice_mut::<Block, T>(self.owned_blocks())[..n])
     }
 
     /// The same data with another shape of the same element count (no copy).
@@ -370,6 +453,48 @@ pub fn shape_str(shape: &[usize]) -> String {
     }
 }
 
+/// serde for tensors held in op attributes (ConstantOfShape's value, say): dtype, shape, raw
+/// little-endian bytes. Weights are not stored this way; the optimized format keeps them in
+/// its aligned data section.
+impl serde::Serialize for Tensor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(3)?;
+        t.serialize_element(&self.dtype)?;
+        t.serialize_element(&self.shape)?;
+        t.serialize_element(&ByteStr(self.bytes()))?;
+        t.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Tensor {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Tensor, D::Error> {
+        use serde::de::Error as _;
+        let (dtype, shape, bytes): (DType, Vec<usize>, Vec<u8>) =
+            serde::Deserialize::deserialize(d)?;
+        // The length is checked against the shape before anything is allocated for it.
+        let needed = checked_numel(&shape)
+            .ok()
+            .and_then(|n| n.checked_mul(dtype.size()));
+        if needed != Some(bytes.len()) {
+            return Err(D::Error::custom(format!(
+                "{dtype} tensor of shape {shape:?} with {} bytes",
+                bytes.len()
+            )));
+        }
+        Tensor::from_bytes(dtype, &shape, &bytes).map_err(D::Error::custom)
+    }
+}
+
+/// Bytes serialized as one byte string rather than as a sequence of numbers.
+struct ByteStr<'a>(&'a [u8]);
+
+impl serde::Serialize for ByteStr<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -391,6 +516,35 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn shared_views_read_in_place_and_copy_on_write() {
+        // A 64-aligned owner: the bytes of an owned tensor's blocks.
+        let backing = Tensor::from_vec(&[32], (0..32).map(|i| i as f32).collect()).unwrap();
+        struct Owner(Tensor);
+        impl SharedBytes for Owner {
+            fn bytes(&self) -> &[u8] {
+                self.0.bytes()
+            }
+        }
+        let owner: Arc<dyn SharedBytes> = Arc::new(Owner(backing));
+        let v = Tensor::from_shared(DType::F32, &[2, 4], owner.clone(), 64).unwrap();
+        assert!(v.is_shared_view());
+        assert_eq!(v.as_slice::<f32>().unwrap()[..3], [16.0, 17.0, 18.0]);
+        assert!((v.as_slice::<f32>().unwrap().as_ptr() as usize).is_multiple_of(64));
+        let mut w = v.clone();
+        w.as_mut_slice::<f32>().unwrap()[0] = -1.0;
+        assert!(!w.is_shared_view());
+        assert_eq!(w.as_slice::<f32>().unwrap()[..2], [-1.0, 17.0]);
+        assert_eq!(v.as_slice::<f32>().unwrap()[0], 16.0);
+        assert!(v.clone().into_storage().is_none());
+        // Misaligned: a copy; past the end: an error.
+        let c = Tensor::from_shared(DType::F32, &[2], owner.clone(), 4).unwrap();
+        assert!(!c.is_shared_view());
+        assert_eq!(c.as_slice::<f32>().unwrap(), &[1.0, 2.0]);
+        assert!(Tensor::from_shared(DType::F32, &[30], owner.clone(), 64).is_err());
+        assert!(Tensor::from_shared(DType::F32, &[1], owner, usize::MAX).is_err());
+    }
 
     #[test]
     fn data_is_aligned_and_shared() {

@@ -71,7 +71,7 @@ fn reorder(x: &Tensor, to_blocked: bool) -> OpResult<Tensor> {
 }
 
 /// Plain `[N, C, H, W]` -> blocked (`ToNchwc`) or back (`FromNchwc`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReorderNchwc {
     pub to_blocked: bool,
 }
@@ -121,8 +121,9 @@ impl Op for ReorderNchwc {
 /// A plain op run on blocked tensors: input 0 is blocked when `blocked_input` (a Conv whose
 /// channel count is not a multiple of 8 reads its plain input), the other inputs (weights,
 /// bias) are as the plain op takes them, and output 0 is blocked.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Nchwc {
+    #[serde(with = "crate::ops::codec::arc_op")]
     pub inner: Arc<dyn Op>,
     pub blocked_input: bool,
 }
@@ -240,8 +241,9 @@ fn permuted(shape: &[usize], perm: &[usize; 4]) -> OpResult<Vec<usize>> {
 /// row without packing it and what a depthwise kernel vectorizes over. Shape inference and the
 /// reference permute to the plain layout, run the plain op and permute back, so the semantics
 /// are the plain op's.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Nhwc {
+    #[serde(with = "crate::ops::codec::arc_op")]
     pub inner: Arc<dyn Op>,
     pub nhwc_inputs: Vec<usize>,
 }

@@ -2,6 +2,7 @@
 //! module holding its typed attributes, prototype, shape/dtype inference, reference
 //! implementation and tests. Frontends map their ops onto these; kernels implement them.
 
+pub mod codec;
 pub mod device;
 pub mod elementwise;
 pub mod extra;

@@ -8,13 +8,13 @@ use crate::op::{input, output};
 use crate::{DTypeSet, InferCtx, Op, OpResult, Prototype, Tensor, TensorInfo};
 
 /// Which way a [`DeviceCopy`] moves its tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CopyDirection {
     ToDevice,
     ToHost,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceCopy {
     pub direction: CopyDirection,
     /// The device's name.

@@ -16,7 +16,7 @@ use crate::{
 };
 use std::cell::Cell;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BinaryKind {
     Add,
     Sub,
@@ -125,7 +125,7 @@ impl BinaryKind {
 }
 
 /// A broadcasting binary op.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Binary {
     pub kind: BinaryKind,
     /// Pre-opset-7 broadcasting (`broadcast=1` with `axis`): B's dimensions line up with A's

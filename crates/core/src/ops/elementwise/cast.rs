@@ -10,7 +10,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::{op_common, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// Converts to the dtype `to`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Cast {
     pub to: DType,
     pub saturate: bool,
@@ -78,7 +78,7 @@ impl Op for Cast {
 }
 
 /// Converts input 0 to the dtype of input 1 (whose values are not read).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CastLike {
     pub saturate: bool,
     pub round_mode: E8M0Round,
@@ -118,7 +118,7 @@ impl Op for CastLike {
 }
 
 /// The input, unchanged (the data is shared, not copied).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Identity;
 
 impl Op for Identity {

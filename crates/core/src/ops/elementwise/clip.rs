@@ -11,7 +11,7 @@ use crate::{
     dispatch_all, op_bail, op_common, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Clip {
     /// Attribute bounds (opset < 11).
     pub min: Option<f32>,

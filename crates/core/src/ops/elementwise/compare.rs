@@ -6,7 +6,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::{binary_map, broadcast_shapes};
 use crate::{dispatch_all, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CompareKind {
     Equal,
     Less,
@@ -37,7 +37,7 @@ impl CompareKind {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Compare {
     pub kind: CompareKind,
 }

@@ -6,7 +6,7 @@
 use crate::op::{input, optional, optional_output, output, required, Prototype};
 use crate::{op_bail, op_common, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Dropout {
     /// Whether the node asks for the mask output.
     pub mask: bool,

@@ -10,7 +10,7 @@ use crate::{
     TensorInfo,
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LogicalKind {
     And,
     Or,
@@ -36,7 +36,7 @@ impl LogicalKind {
 }
 
 /// And / Or / Xor on bool tensors with broadcasting.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Logical {
     pub kind: LogicalKind,
 }
@@ -82,7 +82,7 @@ impl Op for Logical {
 }
 
 /// Logical negation of a bool tensor.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Not;
 
 impl Op for Not {
@@ -107,7 +107,7 @@ impl Op for Not {
 }
 
 /// Bitwise complement of an integer tensor.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BitwiseNot;
 
 impl Op for BitwiseNot {
@@ -141,7 +141,7 @@ fn classify(x: &Tensor, f: impl Fn(f64) -> bool) -> OpResult<Tensor> {
 }
 
 /// Whether each element is NaN.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IsNaN;
 
 impl Op for IsNaN {
@@ -164,7 +164,7 @@ impl Op for IsNaN {
 }
 
 /// Whether each element is infinite (of the selected signs).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct IsInf {
     pub detect_negative: bool,
     pub detect_positive: bool,

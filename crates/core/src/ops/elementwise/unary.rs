@@ -16,7 +16,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::unary_map;
 use crate::{dispatch_float, op_bail, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum UnaryKind {
     Abs,
     Neg,
@@ -566,7 +566,7 @@ fn int_unary<T: Int>(kind: UnaryKind, v: T) -> T {
 }
 
 /// A unary elementwise op.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unary {
     pub kind: UnaryKind,
 }

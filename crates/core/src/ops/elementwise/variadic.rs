@@ -8,7 +8,7 @@ use crate::op::{output, required, variadic, Prototype};
 use crate::ops::util::{broadcast_all, broadcast_offsets};
 use crate::{dispatch_all, op_bail, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum VariadicKind {
     Max,
     Min,
@@ -27,7 +27,7 @@ impl VariadicKind {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Variadic {
     pub kind: VariadicKind,
 }

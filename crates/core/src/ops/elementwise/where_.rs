@@ -5,7 +5,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::{broadcast_all, broadcast_offsets};
 use crate::{dispatch_all, op_common, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Where;
 
 impl Op for Where {

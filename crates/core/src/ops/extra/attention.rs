@@ -6,7 +6,7 @@ use crate::ops::nn::tensor_from_f64;
 use crate::ops::util::{broadcast_offsets, broadcast_shapes};
 use crate::{op_bail, op_common, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Attention {
     pub is_causal: bool,
     /// Head counts; required for 3-D inputs.
@@ -40,7 +40,7 @@ impl Default for Attention {
 }
 
 /// Sizes of one attention call.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Dims {
     rank: usize,
     b: usize,

@@ -7,7 +7,7 @@ use crate::{
     dispatch_all, op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CenterCropPad {
     /// The axes `shape` lists sizes for; all axes when `None`.
     pub axes: Option<Vec<i64>>,

@@ -7,7 +7,7 @@ use crate::ops::nn::tensor_from_f64;
 use crate::ops::util::{read_i64s, strides, to_dim};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Col2Im {
     /// Ones when empty.
     pub dilations: Vec<i64>,

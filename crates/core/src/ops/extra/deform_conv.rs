@@ -5,7 +5,7 @@ use crate::op::{input, optional, output, required, Prototype};
 use crate::ops::nn::tensor_from_f64;
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DeformConv {
     /// Ones when empty.
     pub dilations: Vec<i64>,

@@ -6,7 +6,7 @@ use crate::ops::nn::tensor_from_f64;
 use crate::ops::util::{read_i64s, strides, to_dim};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GridMode {
     #[default]
     Linear,
@@ -14,7 +14,7 @@ pub enum GridMode {
     Cubic,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GridPadding {
     #[default]
     Zeros,
@@ -22,7 +22,7 @@ pub enum GridPadding {
     Reflection,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GridSample {
     pub mode: GridMode,
     pub padding_mode: GridPadding,
@@ -197,7 +197,7 @@ impl Op for GridSample {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AffineGrid {
     pub align_corners: bool,
 }

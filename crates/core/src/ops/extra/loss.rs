@@ -5,7 +5,7 @@ use crate::op::{input, optional, optional_output, output, required, Prototype};
 use crate::ops::nn::tensor_from_f64;
 use crate::{op_bail, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reduction {
     None,
     Sum,
@@ -24,7 +24,7 @@ impl Reduction {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Loss {
     /// SoftmaxCrossEntropyLoss when true, NegativeLogLikelihoodLoss otherwise.
     pub softmax: bool,

@@ -8,7 +8,7 @@ use crate::{
     dispatch_all, op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MaxUnpool {
     pub kernel_shape: Vec<i64>,
     /// Begin pads then end pads; zeros when empty.

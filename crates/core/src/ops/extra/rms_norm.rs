@@ -5,7 +5,7 @@ use crate::ops::nn::tensor_from_f64;
 use crate::ops::util::{broadcast_offsets, broadcast_shapes};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RmsNorm {
     pub axis: i64,
     pub epsilon: f64,

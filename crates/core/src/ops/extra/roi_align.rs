@@ -8,7 +8,7 @@ use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, Tensor
 /// The most bilinear samples one RoiAlign may take: about a second of the reference's work.
 const MAX_SAMPLES: usize = 1 << 28;
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RoiAlign {
     /// Shift the ROI by half a pixel (`half_pixel`) rather than not (`output_half_pixel`).
     pub half_pixel: bool,

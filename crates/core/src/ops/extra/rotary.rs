@@ -6,7 +6,7 @@ use crate::op::{input, optional, output, required, Prototype};
 use crate::ops::nn::tensor_from_f64;
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RotaryEmbedding {
     pub interleaved: bool,
     /// 0 means the whole head.

@@ -4,7 +4,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::nn::tensor_from_f64;
 use crate::{op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Swish {
     pub alpha: f64,
 }

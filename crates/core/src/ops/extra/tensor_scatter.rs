@@ -6,7 +6,7 @@ use crate::{
     dispatch_all, op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TensorScatter {
     pub axis: i64,
     pub circular: bool,

@@ -10,7 +10,7 @@ use crate::ops::elementwise::unary::UnaryKind;
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// Resolved shapes of a convolution: geometry plus channel counts.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvShapes {
     pub batch: usize,
     pub in_channels: usize,
@@ -126,7 +126,7 @@ pub fn conv_reference(
 }
 
 /// ONNX Conv, with an optional fused epilogue activation (set by the fusion pass).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Conv {
     pub params: ConvParams,
     pub group: usize,
@@ -217,7 +217,7 @@ pub(crate) fn conv_flops(inputs: &[Option<TensorInfo>], outputs: &[TensorInfo], 
 }
 
 /// ONNX ConvInteger: 8-bit convolution with zero points, accumulating to i32.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvInteger {
     pub params: ConvParams,
     pub group: usize,

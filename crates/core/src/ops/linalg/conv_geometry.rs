@@ -9,7 +9,7 @@ use crate::{op_ensure, OpResult};
 pub use crate::ops::nn::geometry::AutoPad;
 
 /// Attributes common to the convolution family, before they are resolved against shapes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvParams {
     /// Spatial kernel size; taken from the weight shape when absent.
     pub kernel_shape: Option<Vec<usize>>,
@@ -23,7 +23,7 @@ pub struct ConvParams {
 }
 
 /// A resolved convolution geometry over `rank` spatial dimensions.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvGeometry {
     pub input: Vec<usize>,
     pub kernel: Vec<usize>,

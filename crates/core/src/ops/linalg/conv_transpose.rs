@@ -10,7 +10,7 @@ use crate::op::{input, optional, output, required, Prototype};
 use crate::ops::elementwise::unary::UnaryKind;
 use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ConvTranspose {
     pub params: ConvParams,
     pub group: usize,
@@ -35,7 +35,7 @@ impl Default for ConvTranspose {
 }
 
 /// Resolved ConvTranspose shapes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConvTransposeShapes {
     pub batch: usize,
     pub in_channels: usize,

@@ -9,13 +9,13 @@ use super::{tensor_from_sink, tensor_from_sink_i64};
 use crate::op::{output, required, variadic, Prototype};
 use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Einsum {
     pub equation: String,
 }
 
 /// One position of a term: a letter or the ellipsis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Label {
     Letter(u8),
     Ellipsis,
@@ -48,7 +48,7 @@ fn parse_term(t: &str) -> OpResult<Vec<Label>> {
 
 /// The resolved summation: label ids (letters 0..128 by code, ellipsis dimensions 128+i),
 /// the size of every label, and per input the label of each dimension.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EinsumPlan {
     /// Per input, the label id of each dimension.
     inputs: Vec<Vec<usize>>,

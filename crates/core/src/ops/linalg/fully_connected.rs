@@ -9,7 +9,7 @@ use crate::op::{input, optional, output, required, Prototype};
 use crate::ops::elementwise::unary::UnaryKind;
 use crate::{op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FullyConnected {
     /// Fused epilogue activation, applied after the bias.
     pub activation: Option<UnaryKind>,

@@ -7,7 +7,7 @@ use crate::ops::elementwise::unary::UnaryKind;
 use crate::ops::util::{broadcast_offsets, broadcast_shapes};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Gemm {
     pub alpha: f32,
     pub beta: f32,

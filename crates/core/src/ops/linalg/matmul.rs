@@ -9,7 +9,7 @@ use crate::ops::util::{broadcast_offsets, broadcast_shapes};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// Resolved shapes of a (batched, broadcast) matrix product.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MatMulShapes {
     pub m: usize,
     pub k: usize,
@@ -111,7 +111,7 @@ pub fn matmul_reference<T: Copy>(
 }
 
 /// ONNX MatMul.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MatMul;
 
 impl Op for MatMul {
@@ -185,7 +185,7 @@ pub(crate) fn matmul_flops(inputs: &[Option<TensorInfo>], outputs: &[TensorInfo]
 ///
 /// `a_zero_point` is a scalar or per row of A (`[M]`, or `[..., M, 1]`); `b_zero_point` a
 /// scalar or per column of B (`[N]`, or `[..., 1, N]`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MatMulInteger;
 
 const Q8: DTypeSet = DTypeSet(DType::U8.bit() | DType::I8.bit());

@@ -3,7 +3,7 @@
 use crate::op::{input, output, required, Prototype};
 use crate::{op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Det;
 
 fn check(shape: &[usize]) -> OpResult<usize> {

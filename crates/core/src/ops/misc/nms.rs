@@ -6,7 +6,7 @@
 use crate::op::{input, optional, output, required, Prototype};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NonMaxSuppression {
     /// Boxes are `[x_center, y_center, width, height]` instead of two corners `[y1, x1, y2, x2]`.
     pub center_point_box: bool,

@@ -5,7 +5,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::strides;
 use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReverseSequence {
     pub batch_axis: usize,
     pub time_axis: usize,

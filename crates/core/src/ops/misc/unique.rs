@@ -6,7 +6,7 @@ use crate::op::{input, optional_output, output, required, Prototype};
 use crate::{op_common, DType, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo};
 use std::cmp::Ordering;
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unique {
     /// Sort the unique values ascending; otherwise keep first-occurrence order.
     pub sorted: bool,

@@ -7,7 +7,7 @@ use crate::{
     dispatch_all, op_bail, op_common, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CumSum {
     pub exclusive: bool,
     pub reverse: bool,

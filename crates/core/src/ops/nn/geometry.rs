@@ -4,7 +4,7 @@
 use crate::{op_bail, OpError, OpResult};
 
 /// How padding is chosen (ONNX `auto_pad`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AutoPad {
     /// Explicit `pads`.
     #[default]
@@ -31,7 +31,7 @@ impl AutoPad {
 }
 
 /// The resolved window geometry of one spatial axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AxisGeometry {
     pub input: usize,
     pub kernel: usize,

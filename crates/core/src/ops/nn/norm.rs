@@ -33,7 +33,7 @@ fn channels(x: &[usize]) -> OpResult<usize> {
 
 /// BatchNormalization in inference form: `(x - mean) / sqrt(var + epsilon) * scale + B`
 /// per channel.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BatchNorm {
     pub epsilon: f64,
 }
@@ -94,7 +94,7 @@ impl Op for BatchNorm {
 }
 
 /// InstanceNormalization: normalizes each (n, c) plane, then `* scale[c] + B[c]`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InstanceNorm {
     pub epsilon: f64,
 }
@@ -177,7 +177,7 @@ fn group_normalize(
 
 /// GroupNormalization. Opset 21 has per-channel scale and bias; opset 18 had them per group
 /// (`per_group_affine`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GroupNorm {
     pub num_groups: i64,
     pub epsilon: f64,
@@ -246,7 +246,7 @@ impl Op for GroupNorm {
 
 /// LayerNormalization over the axes from `axis` on; Scale and B broadcast onto X. Optional
 /// outputs Mean and InvStdDev (shape of X with the normalized axes set to 1).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LayerNorm {
     pub axis: i64,
     pub epsilon: f64,
@@ -372,7 +372,7 @@ impl Op for LayerNorm {
 
 /// LpNormalization: `x / ||x||_p` along `axis` (p is 1 or 2). A zero norm gives NaN, as the
 /// ONNX reference does.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LpNorm {
     pub axis: i64,
     pub p: i64,
@@ -426,7 +426,7 @@ impl Op for LpNorm {
 }
 
 /// MeanVarianceNormalization: `(x - mean) / (sqrt(var) + 1e-9)` over `axes`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MeanVarianceNorm {
     pub axes: Vec<i64>,
 }
@@ -485,7 +485,7 @@ impl Op for MeanVarianceNorm {
 }
 
 /// LRN: `x / (bias + alpha / size * sum of squares over nearby channels) ^ beta`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Lrn {
     pub size: i64,
     pub alpha: f64,

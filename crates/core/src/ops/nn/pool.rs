@@ -7,7 +7,7 @@ use crate::ops::util::strides;
 use crate::{op_bail, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// What a window computes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PoolKind {
     #[default]
     Max,
@@ -17,7 +17,7 @@ pub enum PoolKind {
 }
 
 /// MaxPool, AveragePool and LpPool over N x C x D1 x ... x Dn.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pool {
     pub kind: PoolKind,
     pub kernel_shape: Vec<i64>,
@@ -225,7 +225,7 @@ impl Op for Pool {
 }
 
 /// GlobalMaxPool, GlobalAveragePool, GlobalLpPool: one window covering all spatial axes.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GlobalPool {
     pub kind: PoolKind,
     pub p: f64,

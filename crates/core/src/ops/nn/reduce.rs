@@ -11,7 +11,7 @@ use crate::{
     dispatch_all, op_bail, DType, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ReduceKind {
     #[default]
     Sum,
@@ -26,7 +26,7 @@ pub enum ReduceKind {
     SumSquare,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reduce {
     pub kind: ReduceKind,
     /// The attribute form; the `axes` input, when given, takes precedence.
@@ -252,7 +252,7 @@ fn reduce_int<T: Elem>(kind: ReduceKind, xs: &[T], map: &[usize], os: &mut [T], 
 }
 
 /// ArgMax / ArgMin along one axis; output i64.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ArgReduce {
     /// ArgMax when true, ArgMin when false.
     pub max: bool,

@@ -12,7 +12,7 @@ use crate::{
     dispatch_all, op_bail, op_common, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ResizeMode {
     #[default]
     Nearest,
@@ -20,7 +20,7 @@ pub enum ResizeMode {
     Cubic,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CoordMode {
     #[default]
     HalfPixel,
@@ -32,7 +32,7 @@ pub enum CoordMode {
     TfCropAndResize,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum NearestMode {
     #[default]
     RoundPreferFloor,
@@ -43,7 +43,7 @@ pub enum NearestMode {
     Simple,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum KeepAspectRatio {
     #[default]
     Stretch,
@@ -51,7 +51,7 @@ pub enum KeepAspectRatio {
     NotSmaller,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Resize {
     pub mode: ResizeMode,
     pub coordinate_transformation_mode: CoordMode,

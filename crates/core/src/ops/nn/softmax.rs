@@ -8,7 +8,7 @@ use super::{split_at_axis, tensor_from_f64};
 use crate::op::{input, normalize_axis, output, required, Prototype};
 use crate::{op_bail, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SoftmaxKind {
     #[default]
     Softmax,
@@ -17,7 +17,7 @@ pub enum SoftmaxKind {
     Hardmax,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Softmax {
     pub kind: SoftmaxKind,
     pub axis: i64,

@@ -11,7 +11,7 @@ use crate::{
 };
 use std::cmp::Ordering;
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TopK {
     pub axis: i64,
     pub largest: bool,

@@ -8,7 +8,7 @@ use crate::{
 };
 
 /// How a scale (and zero point) maps onto the elements of the data tensor.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Layout {
     /// Extent of the data before the axis, along it, and after it.
     axis_len: usize,
@@ -16,7 +16,7 @@ struct Layout {
     kind: LayoutKind,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 enum LayoutKind {
     PerTensor,
     PerAxis,
@@ -92,7 +92,7 @@ fn round_to(d: DType, v: f64) -> f64 {
 
 /// ONNX QuantizeLinear: `y = saturate(round(x / scale) + zero_point)`; to float8, a
 /// (saturating) cast of `x / scale`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QuantizeLinear {
     pub axis: i64,
     /// 0: per tensor or per axis; otherwise the block size along `axis`.
@@ -236,7 +236,7 @@ impl Op for QuantizeLinear {
 }
 
 /// ONNX DequantizeLinear: `y = (x - zero_point) * scale`, computed in f32.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DequantizeLinear {
     pub axis: i64,
     pub block_size: i64,
@@ -357,7 +357,7 @@ impl Op for DequantizeLinear {
 
 /// ONNX DynamicQuantizeLinear: u8 quantization with scale and zero point from the data range
 /// (which always includes 0). Computed in f32 like the reference.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DynamicQuantizeLinear;
 
 impl Op for DynamicQuantizeLinear {

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 /// `Y[i] = table[X[i]]`, X's element read as its byte (an i8's two's complement bits), Y of
 /// type `output`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearLookup {
+    #[serde(with = "crate::ops::codec::table256")]
     pub table: Arc<[u8; 256]>,
     pub output: DType,
 }

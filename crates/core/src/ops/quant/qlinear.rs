@@ -58,7 +58,7 @@ pub(super) fn requantize(
 }
 
 /// ONNX QLinearMatMul (per-tensor scales and zero points).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearMatMul;
 
 impl Op for QLinearMatMul {
@@ -148,7 +148,7 @@ impl Op for QLinearMatMul {
 
 /// ONNX QLinearConv: per-tensor input scale, per-tensor or per-output-channel weight scale and
 /// zero point, optional i32 bias added before requantization.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearConv {
     pub params: ConvParams,
     pub group: usize,

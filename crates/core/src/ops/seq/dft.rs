@@ -46,7 +46,7 @@ fn scalar_i64(t: &Tensor, what: &str) -> OpResult<i64> {
 }
 
 /// DFT along one axis of a `[..., 1|2]` signal.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Dft {
     /// The signal axis when the `axis` input (input 2) is absent.
     pub axis: i64,
@@ -172,7 +172,7 @@ impl Op for Dft {
 }
 
 /// Short-time Fourier transform of `[batch, length, 1|2]` signals.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stft {
     pub onesided: bool,
 }

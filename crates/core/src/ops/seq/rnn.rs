@@ -12,7 +12,7 @@ use crate::{op_bail, op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResu
 use crate::{OpError, TensorInfo};
 
 /// Which way the sequence is processed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Direction {
     #[default]
     Forward,
@@ -40,7 +40,7 @@ impl Direction {
 }
 
 /// A gate activation function with its parameters.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Activation {
     Relu,
     Tanh,
@@ -147,7 +147,7 @@ impl Activation {
 }
 
 /// Attributes shared by the three recurrent ops.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RecurrentAttrs {
     /// Taken from R's last dimension when absent.
     pub hidden_size: Option<usize>,
@@ -175,7 +175,7 @@ impl Default for RecurrentAttrs {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 enum Cell {
     Rnn,
     Gru { linear_before_reset: bool },
@@ -220,7 +220,7 @@ const INIT_C: usize = 6;
 const PEEP: usize = 7;
 
 /// Sizes resolved from the input shapes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 struct Dims {
     seq: usize,
     batch: usize,
@@ -516,13 +516,13 @@ fn run(attrs: &RecurrentAttrs, cell: Cell, inputs: &[Option<&Tensor>]) -> OpResu
 }
 
 /// Elman RNN: `H = f(X·Wᵀ + H·Rᵀ + Wb + Rb)`.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rnn {
     pub attrs: RecurrentAttrs,
 }
 
 /// GRU with update (z), reset (r) and hidden (h) gates.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Gru {
     pub attrs: RecurrentAttrs,
     /// Apply the reset gate after multiplying by R (the cuDNN form).
@@ -530,7 +530,7 @@ pub struct Gru {
 }
 
 /// LSTM with input (i), output (o), forget (f) and cell (c) gates and optional peepholes.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Lstm {
     pub attrs: RecurrentAttrs,
     /// Couple the input and forget gates (`f = 1 - i`).

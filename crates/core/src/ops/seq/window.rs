@@ -6,7 +6,7 @@ use crate::TensorInfo;
 use crate::{op_bail, op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor};
 use std::f64::consts::PI;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum WindowKind {
     Hann,
     Hamming,
@@ -14,7 +14,7 @@ pub enum WindowKind {
 }
 
 /// A window of `size` samples (input 0, a scalar).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     pub kind: WindowKind,
     /// Periodic windows (for spectral analysis) divide by `size`; symmetric ones by `size - 1`.
@@ -117,7 +117,7 @@ impl Op for Window {
 }
 
 /// Triangular mel-scale filters: `[dft_length / 2 + 1, num_mel_bins]`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MelWeightMatrix {
     pub dtype: DType,
 }

@@ -5,7 +5,7 @@ use super::common::numel_of;
 use crate::op::{input, normalize_axis, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Compress {
     pub axis: Option<i64>,
 }

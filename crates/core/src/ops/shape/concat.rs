@@ -5,7 +5,7 @@ use super::common::same_dtype;
 use crate::op::{normalize_axis, output, variadic, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpError, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Concat {
     /// Negative counts from the end.
     pub axis: i64,

@@ -6,7 +6,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::{read_i64s, to_dim};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ConstantOfShape {
     /// One element; its dtype is the output dtype.
     pub value: Tensor,

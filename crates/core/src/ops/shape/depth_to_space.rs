@@ -5,7 +5,7 @@ use super::common::permute;
 use crate::op::{input, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DepthToSpaceMode {
     /// depth-column-row: channels split as `[b, b, C/b²]`.
     #[default]
@@ -14,7 +14,7 @@ pub enum DepthToSpaceMode {
     Crd,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DepthToSpace {
     pub blocksize: i64,
     pub mode: DepthToSpaceMode,
@@ -88,7 +88,7 @@ impl Op for DepthToSpace {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SpaceToDepth {
     pub blocksize: i64,
 }

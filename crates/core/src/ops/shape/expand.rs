@@ -6,7 +6,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::{broadcast_shapes, read_i64s, strides, to_dim};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Expand;
 
 fn expand_shape(input: &[usize], shape: &Tensor) -> OpResult<Vec<usize>> {
@@ -59,7 +59,7 @@ impl Op for Expand {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tile;
 
 /// The repeats and the output shape.

@@ -5,7 +5,7 @@ use crate::{
     op_bail, op_common, DType, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EyeLike {
     /// Output dtype; `None` keeps the input's.
     pub dtype: Option<DType>,

@@ -4,7 +4,7 @@ use super::common::numel_of;
 use crate::op::{input, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Flatten {
     /// Split point, in `[-rank, rank]`.
     pub axis: i64,

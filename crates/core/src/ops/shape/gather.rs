@@ -17,7 +17,7 @@ const GATHER_PROTO: Prototype = Prototype {
 };
 
 /// Gather: slices of `data` along `axis` at the given indices.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Gather {
     pub axis: i64,
 }
@@ -73,7 +73,7 @@ impl Op for Gather {
 }
 
 /// GatherElements: `out[i] = data[i with axis coordinate replaced by indices[i]]`.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GatherElements {
     pub axis: i64,
 }
@@ -164,7 +164,7 @@ impl Op for GatherElements {
 
 /// GatherND: slices of `data` addressed by index tuples in the last axis of `indices`, the
 /// first `batch_dims` axes being shared batch axes.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GatherND {
     pub batch_dims: i64,
 }

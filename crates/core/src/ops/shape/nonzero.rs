@@ -5,7 +5,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::strides;
 use crate::{op_common, DType, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NonZero;
 
 /// Flat positions of the non-zero elements (NaN counts as non-zero).

@@ -5,7 +5,7 @@ use super::common::{numel_of, scalar_i64};
 use crate::op::{input, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OneHot {
     /// Where the new axis goes, in `[-rank-1, rank]`.
     pub axis: i64,

@@ -10,7 +10,7 @@ use crate::op::{input, normalize_axes, optional, output, required, Prototype};
 use crate::ops::util::{read_i64s, strides};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PadMode {
     #[default]
     Constant,
@@ -31,7 +31,7 @@ impl PadMode {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pad {
     pub mode: PadMode,
     /// Pads as an attribute (`[begin..., end...]`); input 1 takes precedence.

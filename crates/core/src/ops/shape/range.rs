@@ -7,7 +7,7 @@ use crate::{
     op_bail, op_common, DType, DTypeSet, Elem, InferCtx, Op, OpResult, Tensor, TensorInfo,
 };
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Range;
 
 fn scalar_f64(t: &Tensor, what: &str) -> OpResult<f64> {

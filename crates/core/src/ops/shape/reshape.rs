@@ -7,7 +7,7 @@ use crate::op::{input, output, required, Prototype};
 use crate::ops::util::read_i64s;
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reshape {
     /// A `0` in the shape means an empty dimension instead of "copy the input's".
     pub allowzero: bool,

@@ -10,7 +10,7 @@ use crate::{
 };
 
 /// How an update combines with the existing element.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Reduction {
     #[default]
     None,
@@ -97,7 +97,7 @@ const SCATTER_PROTO: Prototype = Prototype {
 };
 
 /// ScatterElements (and the deprecated Scatter).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ScatterElements {
     pub axis: i64,
     pub reduction: Reduction,
@@ -138,7 +138,7 @@ impl Op for ScatterElements {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ScatterND {
     pub reduction: Reduction,
 }

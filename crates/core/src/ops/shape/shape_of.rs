@@ -4,7 +4,7 @@
 use crate::op::{input, output, required, Prototype};
 use crate::{op_common, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Shape {
     /// First dimension to report; negative counts from the end. Clamped to `[0, rank]`.
     pub start: i64,
@@ -57,7 +57,7 @@ impl Op for Shape {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Size;
 
 impl Op for Size {

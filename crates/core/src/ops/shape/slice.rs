@@ -9,7 +9,7 @@ use crate::op::{input, normalize_axes, optional, output, required, Prototype};
 use crate::ops::util::{read_i64s, strides};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Slice {
     pub starts: Option<Vec<i64>>,
     pub ends: Option<Vec<i64>>,
@@ -18,7 +18,7 @@ pub struct Slice {
 }
 
 /// A resolved slice: per input axis, the first index, the step and the output length.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SlicePlan {
     pub start: Vec<i64>,
     pub step: Vec<i64>,

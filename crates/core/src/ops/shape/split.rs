@@ -8,7 +8,7 @@ use crate::op::{input, normalize_axis, optional, output, required, Prototype};
 use crate::ops::util::{read_i64s, strides};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Split {
     pub axis: i64,
     /// Piece sizes as an attribute (input 1 takes precedence).

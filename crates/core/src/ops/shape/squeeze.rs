@@ -14,7 +14,7 @@ fn axes_of(attr: &Option<Vec<i64>>, input: Option<&Tensor>) -> OpResult<Option<V
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Squeeze {
     /// Axes to remove; `None` removes every size-1 axis.
     pub axes: Option<Vec<i64>>,
@@ -77,7 +77,7 @@ impl Op for Squeeze {
     }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unsqueeze {
     /// Axes (of the output) at which size-1 dimensions are inserted. Required unless given as
     /// input 1.

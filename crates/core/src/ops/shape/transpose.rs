@@ -4,7 +4,7 @@ use super::common::permute;
 use crate::op::{input, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Transpose {
     /// Output axis `i` is input axis `perm[i]`; `None` reverses the axes.
     pub perm: Option<Vec<i64>>,

@@ -5,7 +5,7 @@ use super::common::scalar_i64;
 use crate::op::{input, optional, output, required, Prototype};
 use crate::{op_bail, op_common, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Trilu {
     pub upper: bool,
 }

@@ -32,7 +32,7 @@ fn binary_infer(op: &dyn Op, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
 /// The operand onnxruntime's broadcasting loop hands its kernels as a single value for each
 /// run along the output's innermost axis (of more than one element), if any: the one that is
 /// broadcast along that axis. Its QLinearAdd rounds differently in that case.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 enum Single {
     Neither,
     A,
@@ -113,7 +113,7 @@ fn add_value(x: (i64, f32, i64), y: (i64, f32, i64), zc: i64, y_single: bool) ->
 ///
 /// The f32 arithmetic is onnxruntime's (see `add_value`), so that the reference rounds the
 /// near-ties the same way: the zero points enter before rounding.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearAdd;
 
 impl Op for QLinearAdd {
@@ -148,7 +148,7 @@ impl Op for QLinearAdd {
 ///
 /// As in onnxruntime's x86 kernel, the integer product is scaled by
 /// `A_scale * B_scale / C_scale` and C's zero point added in f32 before rounding.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearMul;
 
 impl Op for QLinearMul {
@@ -192,7 +192,7 @@ fn unary_eval(
 }
 
 /// com.microsoft QLinearSigmoid: `Y = quantize(1 / (1 + exp(-dequantize(X))))`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearSigmoid;
 
 impl Op for QLinearSigmoid {
@@ -215,7 +215,7 @@ impl Op for QLinearSigmoid {
 }
 
 /// com.microsoft QLinearLeakyRelu: `Y = quantize(x >= 0 ? x : alpha x)` of `x = dequantize(X)`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearLeakyRelu {
     pub alpha: f32,
 }
@@ -248,7 +248,7 @@ impl Op for QLinearLeakyRelu {
 
 /// com.microsoft QLinearConcat: `Y_scale, Y_zero_point`, then one `(X, X_scale, X_zero_point)`
 /// triple per input; each input is requantized to Y's pair, then they are joined along `axis`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearConcat {
     pub axis: i64,
 }

@@ -59,7 +59,7 @@ fn check_bias(s: &[usize], n: usize, what: &str) -> OpResult<()> {
 ///
 /// `C` is i32, broadcast to `[M, N]`, with the product's scale `alpha a_scale b_scale`.
 /// `b_scale` and `b_zero_point` are per tensor or per column of B'.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QGemm {
     pub alpha: f32,
     pub trans_a: bool,
@@ -230,7 +230,7 @@ fn centered_matmul(s: &MatMulShapes, a: &[i64], b: &Tensor, zb: &[f64]) -> Vec<i
 /// com.microsoft DynamicQuantizeMatMul: A (f32) quantized to u8 as DynamicQuantizeLinear does,
 /// multiplied with the 8-bit B as integers, then scaled to f32 by `a_scale b_scale` and the
 /// optional bias added. `b_scale` and `b_zero_point` are per tensor or per column of B.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DynamicQuantizeMatMul;
 
 impl Op for DynamicQuantizeMatMul {
@@ -302,7 +302,7 @@ impl Op for DynamicQuantizeMatMul {
 /// `a_scale` and `a_zero_point` are per tensor; `b_scale` and `b_zero_point` per tensor or per
 /// column of B. (The schema also allows an `a_scale` per column of A, which onnxruntime does
 /// not implement; it is refused here too.)
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MatMulIntegerToFloat;
 
 const SCALE_TYPES: DTypeSet = DTypeSet(DType::F32.bit() | DType::F16.bit());

@@ -42,7 +42,7 @@ const UNARY_INPUTS: &[InputSpec] = &[
 ];
 
 /// Per-tensor quantization parameters: `real = scale * (q - zero)`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct QParams {
     scale: f32,
     zero: i64,

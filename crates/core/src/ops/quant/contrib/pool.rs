@@ -59,7 +59,7 @@ fn to_channels_last(shape: &[usize]) -> Vec<usize> {
 /// com.microsoft QLinearGlobalAveragePool: the mean of each channel over the spatial axes,
 /// requantized. Like onnxruntime, the integer sum is scaled once by
 /// `x_scale / (y_scale * image_size)`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearGlobalAveragePool {
     /// `[N, D1.., C]` instead of `[N, C, D1..]`.
     pub channels_last: bool,
@@ -143,7 +143,7 @@ impl Op for QLinearGlobalAveragePool {
 
 /// com.microsoft QLinearAveragePool: `quantize(AveragePool(dequantize(X)))`, the pooling in
 /// f32. `pool` gives the window (its `kind` must be `Average`, without indices).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearAveragePool {
     pub pool: Pool,
     /// `[N, D1.., C]` instead of `[N, C, D1..]`.
@@ -243,7 +243,7 @@ impl Op for QLinearAveragePool {
 /// onnxruntime computes it from a lookup table of exponentials and multiplies by the reciprocal
 /// of the output scale floored to an integer; with the output scale 1/256 its quantizer writes,
 /// the two agree (checked on random inputs), with other scales they can differ by a step.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QLinearSoftmax {
     pub axis: i64,
     pub legacy_2d: bool,
