@@ -91,8 +91,11 @@ pub mod packed_paddle {
         (n <= rest.len()).then(|| rest.split_at(n))
     }
 
+    /// Parameter files by variable name.
+    pub type Files = Vec<(String, Vec<u8>)>;
+
     /// (program, files by name); `None` when a length runs past the data.
-    pub fn split_separate(data: &[u8]) -> Option<(&[u8], Vec<(String, Vec<u8>)>)> {
+    pub fn split_separate(data: &[u8]) -> Option<(&[u8], Files)> {
         let (program, mut rest) = split_combined(data)?;
         let mut files = Vec::new();
         while rest.len() >= 2 {
