@@ -278,6 +278,86 @@ fn from_memory_with_named_or_detected_format() {
     assert_eq!(release_ferrolite(), FERROLITE_OK);
 }
 
+/// ferrolite's optimized format (`ferrolite opt`), from a file and from memory, detected by its
+/// magic: the same outputs as the source model, bit for bit.
+#[test]
+fn optimized_models_load_from_file_and_memory() {
+    assert_eq!(init_ferrolite(), FERROLITE_OK);
+    let flm = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/optimized/ppocr_cls-v1.flm"
+    );
+    let bytes = std::fs::read(flm).unwrap();
+    let data: Vec<f32> = (0..3 * 48 * 192)
+        .map(|i| ((i % 11) as f32) / 11.0)
+        .collect();
+    // The source model on the kernels the file was written for.
+    let source = ferrolite::Session::from_path(
+        MODEL,
+        ferrolite::SessionOptions::default().with_isa("portable"),
+    )
+    .unwrap();
+    let v = ferrolite::TensorView::from_slice(&[1, 3, 48, 192], &data).unwrap();
+    let want: Vec<f32> = source
+        .run_views(&[("x", v)])
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap()
+        .1
+        .as_slice::<f32>()
+        .unwrap()
+        .to_vec();
+    let name = CString::new(flm).unwrap();
+    let ferrolite_format = CString::new("ferrolite").unwrap();
+    for from_memory in [false, true] {
+        let mut g = null_mut();
+        let st = if from_memory {
+            create_graph_from_memory(
+                ferrolite_format.as_ptr(),
+                bytes.as_ptr(),
+                bytes.len(),
+                &mut g,
+            )
+        } else {
+            create_graph(name.as_ptr(), &mut g)
+        };
+        assert_eq!(st, FERROLITE_OK, "{}", last_error());
+        let opts = ferrolite_options {
+            num_thread: 1,
+            precision: ferrolite_precision::FERROLITE_PRECISION_FP32 as i32,
+            disabled_passes: null(),
+        };
+        // The input's shape is the one the file was optimized for.
+        assert_eq!(
+            prerun_graph_multithread(g, &opts),
+            FERROLITE_OK,
+            "{}",
+            last_error()
+        );
+        let inb = bytes_of(&data);
+        assert_eq!(
+            set_tensor_data(input(g), inb.as_ptr(), inb.len()),
+            FERROLITE_OK
+        );
+        assert_eq!(run_graph(g, 1), FERROLITE_OK, "{}", last_error());
+        let mut out = vec![0u8; 8];
+        assert_eq!(
+            get_tensor_data(output(g), out.as_mut_ptr(), 8),
+            FERROLITE_OK
+        );
+        assert_eq!(floats(&out), want, "from memory: {from_memory}");
+        assert_eq!(destroy_graph(g), FERROLITE_OK);
+    }
+    let mut g = null_mut();
+    assert_err(
+        create_graph_from_memory(null(), bytes.as_ptr(), 200, &mut g),
+        FERROLITE_ERR_MODEL,
+        "outside the file",
+    );
+    assert_eq!(release_ferrolite(), FERROLITE_OK);
+}
+
 #[test]
 fn wrong_order_is_an_error() {
     let g = create();

@@ -239,6 +239,26 @@ enum Command {
     },
     /// List the graph passes in the order they run.
     Passes,
+    /// Run the analysis phase once (frontend, shape inference, every pass) and write the model
+    /// in ferrolite's optimized format (docs/format.md), for this machine's CPU kernels. The
+    /// file loads with no protobuf decoding and no passes, its weights used from a memory map.
+    Opt {
+        /// ONNX file, Paddle model folder, or Paddle program file (.pdmodel / __model__).
+        model: PathBuf,
+        /// Paddle parameters: combined params file, or folder of per-variable files.
+        #[arg(long, value_name = "FILE")]
+        params: Option<PathBuf>,
+        /// NAME=DIMS (repeatable): the input shapes to optimize for. Without any, a model with
+        /// fixed input shapes is optimized for them, and one with symbolic dims is written
+        /// unoptimized, its dims kept symbolic (its passes then run at prerun).
+        #[arg(long = "shape", value_name = "NAME=DIMS")]
+        shape: Vec<String>,
+        /// The file to write.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
 }
 
 fn main() -> ExitCode {
@@ -319,6 +339,40 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             json.as_deref(),
             &engine.options()?,
         ),
+        Command::Opt {
+            model,
+            params,
+            shape,
+            output,
+            engine,
+        } => {
+            let session = open_session(&model, params.as_deref(), engine.options()?)?;
+            let shapes = if shape.is_empty() {
+                None
+            } else {
+                Some(inputs::shapes_for(&session, &shape)?)
+            };
+            let bytes = session.optimized_model_bytes(shapes.as_deref())?;
+            std::fs::write(&output, &bytes).map_err(|e| ferrolite::Error::Io {
+                path: output.display().to_string(),
+                source: e,
+            })?;
+            let reopened = ferrolite::model::load_path(&output)?;
+            let how = match &reopened.optimized {
+                Some(o) => format!(
+                    "optimized for input shapes {:?} and the {} CPU kernels",
+                    o.input_shapes, o.isa
+                ),
+                None => "not optimized (symbolic input dims; give --shape to fix them)".into(),
+            };
+            println!(
+                "wrote {} ({} bytes, {} nodes): {how}",
+                output.display(),
+                bytes.len(),
+                reopened.graph.nodes.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Info {
             model,
             params,

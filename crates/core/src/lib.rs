@@ -7,6 +7,7 @@
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod format;
 pub mod frontend;
 pub mod graph;
 pub mod infer;

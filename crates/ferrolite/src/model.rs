@@ -1,7 +1,10 @@
 //! Model loading across formats.
 
+use ferrolite_core::format::{self, Optimized, OptimizedModel};
+use ferrolite_core::tensor::SharedBytes;
 use ferrolite_core::{Error, Graph, Result};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The file format a model came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -10,6 +13,8 @@ pub enum Format {
     Onnx,
     /// PaddlePaddle legacy `ProgramDesc` (`.pdmodel` / `__model__`) with its parameters.
     Paddle,
+    /// ferrolite's optimized model, written by `ferrolite opt` (docs/format.md).
+    Optimized,
 }
 
 impl Format {
@@ -26,11 +31,12 @@ impl Format {
         match name.to_ascii_lowercase().as_str() {
             "onnx" => Ok(Format::Onnx),
             "paddle" | "pdmodel" => Ok(Format::Paddle),
+            "ferrolite" | "flm" | "optimized" => Ok(Format::Optimized),
             "tengine" | "tmfile" => Err(Error::Other(format!(
-                "model format '{name}' is not supported yet (supported: onnx, paddle)"
+                "model format '{name}' is not supported yet (supported: onnx, paddle, ferrolite)"
             ))),
             _ => Err(Error::Other(format!(
-                "unknown model format '{name}' (supported: onnx, paddle)"
+                "unknown model format '{name}' (supported: onnx, paddle, ferrolite)"
             ))),
         }
     }
@@ -46,12 +52,15 @@ impl Format {
     /// assert!(Format::detect(b"hello").is_err());
     /// ```
     pub fn detect(bytes: &[u8]) -> Result<Format> {
+        if format::is_optimized_model(bytes) {
+            return Ok(Format::Optimized);
+        }
         match bytes.first() {
             // Field 1 varint (ir_version) or, rarely, another ModelProto field first
             // (2 producer_name, 7 graph, 8 opset_import: length-delimited).
             Some(0x08) | Some(0x12) | Some(0x3a) | Some(0x42) => Ok(Format::Onnx),
             _ => Err(Error::InvalidModel(
-                "could not detect the model format (supported: onnx)".into(),
+                "could not detect the model format (supported: onnx, ferrolite)".into(),
             )),
         }
     }
@@ -62,6 +71,7 @@ impl std::fmt::Display for Format {
         match self {
             Format::Onnx => f.write_str("onnx"),
             Format::Paddle => f.write_str("paddle"),
+            Format::Optimized => f.write_str("ferrolite"),
         }
     }
 }
@@ -79,6 +89,9 @@ pub struct Model {
     pub opsets: Vec<(String, i64)>,
     /// Key-value metadata from the file (ONNX `metadata_props`; empty for Paddle).
     pub metadata: Vec<(String, String)>,
+    /// For an optimized model (`ferrolite opt`): the input shapes and ISA its graph was
+    /// optimized for. `None` for a graph as its frontend built it.
+    pub optimized: Option<Optimized>,
 }
 
 impl Model {
@@ -91,8 +104,12 @@ impl Model {
     }
 }
 
-/// Decodes a model from bytes. `dir` is the model's folder, for external data.
+/// Decodes a model from bytes: ONNX, or ferrolite's optimized format (told by its magic).
+/// `dir` is the model's folder, for external data.
 pub fn load_model(bytes: &[u8], dir: Option<&Path>) -> Result<Model> {
+    if format::is_optimized_model(bytes) {
+        return load_model_as(Format::Optimized, bytes, dir);
+    }
     load_model_as(Format::Onnx, bytes, dir)
 }
 
@@ -107,8 +124,10 @@ pub fn load_model_as(format: Format, bytes: &[u8], dir: Option<&Path>) -> Result
                 producer: m.producer,
                 opsets: m.opsets,
                 metadata: m.metadata,
+                optimized: None,
             })
         }
+        Format::Optimized => optimized_model(Arc::new(bytes.to_vec())),
         Format::Paddle => Err(Error::Other(
             "Paddle models load from files (a model folder, or a program file and its params \
              file), not from one buffer"
@@ -180,13 +199,72 @@ fn paddle_model(m: ferrolite_paddle::PaddleModel) -> Result<Model> {
         producer: format!("paddle (program version {})", m.version),
         opsets: Vec::new(),
         metadata: Vec::new(),
+        optimized: None,
     })
+}
+
+/// Reads an optimized model from bytes that stay alive as long as its weights: a memory map,
+/// or a copy in memory.
+pub fn optimized_model(bytes: Arc<dyn SharedBytes>) -> Result<Model> {
+    let OptimizedModel {
+        graph,
+        info,
+        optimized,
+        engine_version,
+    } = format::read(bytes)?;
+    let source = Format::from_name(&info.source_format).unwrap_or(Format::Optimized);
+    Ok(Model {
+        graph,
+        format: Format::Optimized,
+        producer: format!(
+            "ferrolite {engine_version} opt, from {source} ({})",
+            info.producer
+        ),
+        opsets: info.opsets,
+        metadata: info.metadata,
+        optimized,
+    })
+}
+
+/// A read-only memory map of a model file, whose pages processes mapping the same file share.
+struct MappedFile(memmap2::Mmap);
+
+impl SharedBytes for MappedFile {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Maps an optimized model file and reads it; its weights stay in the map.
+pub fn load_optimized(path: &Path) -> Result<Model> {
+    let io = |e| Error::Io {
+        path: path.display().to_string(),
+        source: e,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and private. Like every engine that maps its models
+    // (onnxruntime, ncnn, MNN), ferrolite assumes nobody truncates or rewrites the file while
+    // it is loaded; were it truncated, reading the lost pages would raise SIGBUS.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    optimized_model(Arc::new(MappedFile(map)))
+}
+
+/// Whether the file at `path` starts with the optimized format's magic.
+fn is_optimized_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|_| format::is_optimized_model(&head))
 }
 
 /// Loads a model file or folder of any supported format, detected from the path.
 pub fn load_path(path: &Path) -> Result<Model> {
     if is_paddle(path) {
         return load_paddle(path, None);
+    }
+    if is_optimized_file(path) {
+        return load_optimized(path);
     }
     let bytes = std::fs::read(path).map_err(|e| ferrolite_core::Error::Io {
         path: path.display().to_string(),

@@ -8,13 +8,16 @@
 use crate::device::{resolve, DeviceOption};
 use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Model};
 use ferrolite_core::device::{Device, DeviceKernels, Warnings};
-use ferrolite_core::infer::MAX_FOLD_BYTES;
+use ferrolite_core::format::{self, ModelInfo, Optimized};
+use ferrolite_core::infer::{infer_graph_folding, MAX_FOLD_BYTES};
 use ferrolite_core::passes::{
     optimize_folding, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
 };
 use ferrolite_core::plan::{Backend, KernelProvider, Plan, ReferenceKernels};
 use ferrolite_core::tensor::{checked_numel, with_tensor_limit};
-use ferrolite_core::{DType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo};
+use ferrolite_core::{
+    DType, DeclaredType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo,
+};
 use ferrolite_cpu::{CpuBackend, Isa};
 use std::collections::HashMap;
 use std::path::Path;
@@ -218,6 +221,22 @@ impl Prepared {
     pub fn flops(&self) -> u64 {
         graph_flops(&self.graph)
     }
+}
+
+/// Refuses a plan whose weights, arena and prepacked weights together pass the cap.
+fn check_plan_memory(graph: &Graph, plan: &Plan, limit: Option<u64>) -> Result<()> {
+    let Some(limit) = limit else { return Ok(()) };
+    let needed = weight_bytes(graph)
+        .saturating_add(plan.memory_stats().arena_bytes)
+        .saturating_add(plan.prepacked_bytes());
+    if needed > limit {
+        return Err(Error::MemoryLimit {
+            what: "the plan (weights, arena and prepacked weights)".into(),
+            needed,
+            limit,
+        });
+    }
+    Ok(())
 }
 
 /// Bytes of the graph's constants (weights and folded values).
@@ -607,7 +626,25 @@ impl Session {
             .map_err(|e| Error::Other(format!("could not start the thread pool: {e}")))?;
         let warnings = Warnings::default();
         let device = resolve(&options.device, &warnings)?;
-        let cpu = CpuBackend::choose(options.isa.as_deref()).map_err(Error::Other)?;
+        // An optimized model runs the ISA it was written for, unless one is asked for.
+        let env_isa = std::env::var(ferrolite_cpu::isa::ISA_ENV).unwrap_or_default();
+        let file_isa = match &model.optimized {
+            Some(o)
+                if options.isa.is_none() && env_isa.trim().is_empty() && o.isa != "reference" =>
+            {
+                Some(o.isa.clone())
+            }
+            _ => None,
+        };
+        let cpu = match &file_isa {
+            Some(isa) => CpuBackend::choose(Some(isa)).map_err(|e| {
+                Error::Other(format!(
+                    "this model was optimized for the {isa} CPU kernels, which this CPU cannot \
+                     run ({e}): write it again with `ferrolite opt --isa ...` for this CPU"
+                ))
+            })?,
+            None => CpuBackend::choose(options.isa.as_deref()).map_err(Error::Other)?,
+        };
         Ok(Session {
             model,
             options,
@@ -750,6 +787,11 @@ impl Session {
         let fold = limit.map_or(MAX_FOLD_BYTES, |cap| {
             MAX_FOLD_BYTES.min(usize::try_from(cap).unwrap_or(usize::MAX))
         });
+        if let Some(optimized) = &self.model.optimized {
+            let prepared = Arc::new(self.prerun_optimized(optimized, &key, &types, fold)?);
+            self.lock_plans()?.insert(key, prepared.clone());
+            return Ok(prepared);
+        }
         let (plan, partition) = match &self.device {
             None => {
                 let pipeline = session_pipeline(None, cpu_passes);
@@ -775,18 +817,7 @@ impl Session {
                 (plan, report)
             }
         };
-        if let Some(limit) = limit {
-            let needed = weight_bytes(&graph)
-                .saturating_add(plan.memory_stats().arena_bytes)
-                .saturating_add(plan.prepacked_bytes());
-            if needed > limit {
-                return Err(Error::MemoryLimit {
-                    what: "the plan (weights, arena and prepacked weights)".into(),
-                    needed,
-                    limit,
-                });
-            }
-        }
+        check_plan_memory(&graph, &plan, limit)?;
         let prepared = Arc::new(Prepared {
             graph,
             plan,
@@ -794,6 +825,118 @@ impl Session {
         });
         self.lock_plans()?.insert(key, prepared.clone());
         Ok(prepared)
+    }
+
+    /// The CPU kernels' name as optimized models record it: the ISA, or `reference`.
+    fn kernels_name(&self) -> &'static str {
+        if self.options.optimized_kernels {
+            self.cpu.isa().name()
+        } else {
+            "reference"
+        }
+    }
+
+    /// Plans an optimized model's graph as it is: shape inference (which also checks the
+    /// file's graph) and kernel selection, no passes.
+    fn prerun_optimized(
+        &self,
+        optimized: &Optimized,
+        shapes: &[Vec<usize>],
+        types: &[TensorInfo],
+        fold: usize,
+    ) -> Result<Prepared> {
+        if self.device.is_some() {
+            return Err(Error::Other(
+                "an optimized model runs on the CPU it was written for; to partition a model \
+                 for a device, load its source model"
+                    .into(),
+            ));
+        }
+        if shapes != optimized.input_shapes.as_slice() {
+            return Err(Error::Other(format!(
+                "this model was optimized for input shapes {:?}, not {shapes:?}",
+                optimized.input_shapes
+            )));
+        }
+        let kernels = self.kernels_name();
+        if optimized.isa != kernels {
+            return Err(Error::Other(format!(
+                "this model was optimized for the {} CPU kernels and this session runs {kernels} \
+                 (the CPU, FERROLITE_ISA or SessionOptions::isa): write it again with \
+                 `ferrolite opt` on this machine",
+                optimized.isa
+            )));
+        }
+        let mut graph = self.model.graph.clone();
+        let dynamic = infer_graph_folding(&mut graph, types, fold)?;
+        check_tensor_sizes(&graph, self.options.max_memory)?;
+        let cpu: Arc<dyn KernelProvider> = if self.options.optimized_kernels {
+            Arc::new(self.cpu)
+        } else {
+            Arc::new(ReferenceKernels)
+        };
+        let plan = Plan::build(&graph, &dynamic, Some(cpu.as_ref()))?;
+        check_plan_memory(&graph, &plan, self.options.max_memory)?;
+        Ok(Prepared {
+            graph,
+            plan,
+            partition: None,
+        })
+    }
+
+    /// The model in ferrolite's optimized format (docs/format.md), as `ferrolite opt` writes
+    /// it: the graph after every pass for `shapes` (by default the declared input shapes, when
+    /// they are all fixed), for this session's CPU kernels. A model with symbolic dims and no
+    /// `shapes` is written as its frontend built it, and its passes run at prerun.
+    pub fn optimized_model_bytes(&self, shapes: Option<&[Vec<usize>]>) -> Result<Vec<u8>> {
+        let m = &self.model;
+        let info = ModelInfo {
+            source_format: m.format.to_string(),
+            producer: m.producer.clone(),
+            opsets: m.opsets.clone(),
+            metadata: m.metadata.clone(),
+        };
+        let version = env!("CARGO_PKG_VERSION");
+        if self.device.is_some() {
+            return Err(Error::Other(
+                "optimized models are written for the CPU; create the session without a device"
+                    .into(),
+            ));
+        }
+        let fixed = self.inputs.iter().all(|i| {
+            i.shape
+                .as_ref()
+                .is_some_and(|s| s.iter().all(|d| matches!(d, Dim::Fixed(_))))
+        });
+        let shapes = match shapes {
+            Some(s) => s.to_vec(),
+            None if fixed || m.optimized.is_some() => self.default_shapes(),
+            None => return format::write(&m.graph, &info, None, version),
+        };
+        let prepared = self.prerun(&shapes)?;
+        let mut graph = prepared.graph.clone();
+        // The inputs are declared with the shapes the graph was optimized for.
+        for (&v, shape) in graph.inputs.clone().iter().zip(&shapes) {
+            let dtype = graph.value(v).info.as_ref().map_or(DType::F32, |i| i.dtype);
+            graph.value_mut(v).declared = Some(DeclaredType {
+                dtype,
+                shape: Some(shape.iter().map(|&d| Dim::Fixed(d)).collect()),
+            });
+        }
+        // And the outputs with the shapes inference gave them.
+        for &v in &graph.outputs.clone() {
+            if let Some(info) = graph.value(v).info.clone() {
+                graph.value_mut(v).declared = Some(DeclaredType {
+                    dtype: info.dtype,
+                    shape: Some(info.shape.iter().map(|&d| Dim::Fixed(d)).collect()),
+                });
+            }
+        }
+        let optimized = Optimized {
+            input_shapes: shapes,
+            isa: self.kernels_name().to_string(),
+        };
+        format::write(&graph, &info, Some(&optimized), version)
     }
 
     fn lock_plans(&self) -> Result<std::sync::MutexGuard<'_, PlanCache>> {

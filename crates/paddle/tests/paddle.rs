@@ -283,6 +283,7 @@ fn run(p: &ProgramDesc, params: HashMap<String, Tensor>, x: Tensor) -> Tensor {
         producer: String::new(),
         opsets: vec![],
         metadata: vec![],
+        optimized: None,
     };
     let s = Session::from_model(model, SessionOptions::default()).unwrap();
     s.run(&[("x", x)]).unwrap().into_vec().remove(0).1

@@ -149,6 +149,7 @@ fn run(
         producer: String::new(),
         opsets: vec![],
         metadata: vec![],
+        optimized: None,
     };
     let s = Session::from_model(model, SessionOptions::default()).unwrap();
     let outs = s.run(&[("x", x)]).unwrap().into_vec();

@@ -88,6 +88,19 @@ def test_bytes_and_pathlike():
     np.testing.assert_array_equal(a.run(None, {"x": x})[0], b.run(None, {"x": x})[0])
 
 
+def test_optimized_model_from_path_and_bytes():
+    # tests/optimized/ppocr_cls-v1.flm: the demo model written by `ferrolite opt` for the
+    # portable kernels and input shape 1x3x48x192.
+    flm = ROOT / "tests" / "optimized" / "ppocr_cls-v1.flm"
+    x = np.random.default_rng(5).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    want = ferrolite.Session(DEMO, isa="portable").run(None, {"x": x})[0]
+    for source in (flm, flm.read_bytes()):
+        got = ferrolite.Session(source).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ferrolite.FerroliteError, match="192"):
+        ferrolite.Session(flm).run(None, {"x": np.zeros((1, 3, 48, 96), np.float32)})
+
+
 def test_errors_carry_the_engine_message():
     with pytest.raises(ferrolite.FerroliteError, match="nonexistent"):
         ferrolite.Session("/nonexistent/model.onnx")
