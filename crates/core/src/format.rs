@@ -7,6 +7,7 @@
 
 use crate::graph::{DeclaredType, Graph, Value, ValueId};
 use crate::ops::codec::{decode_op, encode_op};
+use crate::prepacked::{PackKey, PackedRecord};
 use crate::tensor::SharedBytes;
 use crate::{DType, Error, Result, Tensor, TensorInfo};
 use serde::{Deserialize, Serialize};
@@ -39,12 +40,16 @@ pub struct ModelInfo {
 /// For which input shapes the graph was optimized. `None` in a file means the graph is as the
 /// frontend built it (symbolic dims kept); the passes then run at prerun, as for the source
 /// model. An optimized graph is planned after shape inference alone, which also checks it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Optimized {
     pub input_shapes: Vec<Vec<usize>>,
     /// The CPU ISA whose layout (NCHWc block size) the passes chose: `avx512`, `avx2`,
     /// `portable`. Another ISA cannot run the file; it must be written again for it.
     pub isa: String,
+    /// The kernels' prepacked weights for that ISA (see [`crate::prepacked`]); stored in the
+    /// data section, not with these fields.
+    #[serde(skip)]
+    pub packed: Vec<PackedRecord>,
 }
 
 /// An optimized model: its graph, the source's details and how it was optimized.
@@ -65,6 +70,17 @@ struct FileGraph {
     nodes: Vec<FileNode>,
     inputs: Vec<u32>,
     outputs: Vec<u32>,
+    packed: Vec<FilePacked>,
+}
+
+/// A kernel's prepacked buffer (see [`crate::prepacked`]).
+#[derive(Serialize, Deserialize)]
+struct FilePacked {
+    node: String,
+    kernel: String,
+    seq: u32,
+    desc: Vec<u64>,
+    tensor: FileTensor,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -139,6 +155,16 @@ pub fn write(
         new_id[v.0].ok_or_else(|| Error::InvalidModel("a used value was dropped".into()))
     };
     let mut data: Vec<u8> = Vec::new();
+    let mut store = |t: &Tensor| {
+        data.resize(data.len().next_multiple_of(ALIGN), 0);
+        let offset = data.len() as u64;
+        data.extend_from_slice(t.bytes());
+        FileTensor {
+            dtype: t.dtype(),
+            shape: t.shape().to_vec(),
+            offset,
+        }
+    };
     let mut values = Vec::with_capacity(kept as usize);
     for (v, _) in graph
         .values
@@ -146,19 +172,7 @@ pub fn write(
         .zip(&new_id)
         .filter(|(_, id)| id.is_some())
     {
-        let constant = match &v.constant {
-            Some(t) => {
-                data.resize(data.len().next_multiple_of(ALIGN), 0);
-                let offset = data.len() as u64;
-                data.extend_from_slice(t.bytes());
-                Some(FileTensor {
-                    dtype: t.dtype(),
-                    shape: t.shape().to_vec(),
-                    offset,
-                })
-            }
-            None => None,
-        };
+        let constant = v.constant.as_ref().map(&mut store);
         values.push(FileValue {
             name: v.name.clone(),
             info: v.info.clone(),
@@ -182,6 +196,17 @@ pub fn write(
             outputs: n.outputs.iter().map(|&v| id32(v)).collect::<Result<_>>()?,
         });
     }
+    let packed = optimized
+        .map_or(&[][..], |o| &o.packed[..])
+        .iter()
+        .map(|r| FilePacked {
+            node: r.key.node.clone(),
+            kernel: r.key.kernel.clone(),
+            seq: r.key.seq,
+            desc: r.desc.clone(),
+            tensor: store(&r.tensor),
+        })
+        .collect();
     let ids = |v: &[ValueId]| v.iter().map(|&v| id32(v)).collect::<Result<Vec<_>>>();
     let file_graph = FileGraph {
         info: info.clone(),
@@ -190,6 +215,7 @@ pub fn write(
         nodes,
         inputs: ids(&graph.inputs)?,
         outputs: ids(&graph.outputs)?,
+        packed,
     };
     let section = postcard::to_allocvec(&file_graph)
         .map_err(|e| Error::InvalidModel(format!("cannot encode the graph: {e}")))?;
@@ -317,38 +343,37 @@ pub fn read(owner: Arc<dyn SharedBytes>) -> Result<OptimizedModel> {
             )))
         }
     };
+    // A tensor of the data section, viewed in place; its place and size checked first.
+    let tensor = |name: &str, ft: &FileTensor| -> Result<Tensor> {
+        let at = usize::try_from(ft.offset).unwrap_or(usize::MAX);
+        if !at.is_multiple_of(ALIGN) {
+            return Err(bad(format!(
+                "tensor '{name}' at data offset {at} is not {ALIGN}-byte aligned"
+            )));
+        }
+        let len = crate::tensor::checked_numel(&ft.shape)
+            .ok()
+            .and_then(|n| n.checked_mul(ft.dtype.size()));
+        match len.and_then(|len| at.checked_add(len)) {
+            Some(end) if end <= h.data.len() => {}
+            _ => {
+                return Err(bad(format!(
+                    "tensor '{name}' ({} {:?} at data offset {at}) lies outside the data \
+                     section of {} bytes",
+                    ft.dtype,
+                    ft.shape,
+                    h.data.len()
+                )))
+            }
+        }
+        Tensor::from_shared(ft.dtype, &ft.shape, owner.clone(), h.data.start + at)
+            .map_err(|e| bad(format!("tensor '{name}': {e}")))
+    };
     let mut g = Graph::new();
     for v in fg.values {
-        let constant = match v.constant {
+        let constant = match &v.constant {
             None => None,
-            Some(ft) => {
-                let at = usize::try_from(ft.offset).unwrap_or(usize::MAX);
-                if !at.is_multiple_of(ALIGN) {
-                    return Err(bad(format!(
-                        "tensor '{}' at data offset {at} is not {ALIGN}-byte aligned",
-                        v.name
-                    )));
-                }
-                let len = crate::tensor::checked_numel(&ft.shape)
-                    .ok()
-                    .and_then(|n| n.checked_mul(ft.dtype.size()));
-                match (len, at.checked_add(len.unwrap_or(0))) {
-                    (Some(_), Some(end)) if end <= h.data.len() => {}
-                    _ => {
-                        return Err(bad(format!(
-                            "tensor '{}' ({} {:?} at data offset {at}) lies outside the data \
-                             section of {} bytes",
-                            v.name,
-                            ft.dtype,
-                            ft.shape,
-                            h.data.len()
-                        )))
-                    }
-                }
-                let t = Tensor::from_shared(ft.dtype, &ft.shape, owner.clone(), h.data.start + at)
-                    .map_err(|e| bad(format!("tensor '{}': {e}", v.name)))?;
-                Some(t)
-            }
+            Some(ft) => Some(tensor(&v.name, ft)?),
         };
         g.values.push(Value {
             name: v.name,
@@ -387,10 +412,25 @@ pub fn read(owner: Arc<dyn SharedBytes>) -> Result<OptimizedModel> {
     // Node order, cycles, and values that nothing produces.
     g.sort()
         .map_err(|e| bad(format!("inconsistent graph: {e}")))?;
+    let mut optimized = fg.optimized;
+    if let Some(o) = &mut optimized {
+        for p in fg.packed {
+            let what = format!("prepacked {}#{} of node '{}'", p.kernel, p.seq, p.node);
+            o.packed.push(PackedRecord {
+                tensor: tensor(&what, &p.tensor)?,
+                key: PackKey {
+                    node: p.node,
+                    kernel: p.kernel,
+                    seq: p.seq,
+                },
+                desc: p.desc,
+            });
+        }
+    }
     Ok(OptimizedModel {
         graph: g,
         info: fg.info,
-        optimized: fg.optimized,
+        optimized,
         engine_version: h.engine_version,
     })
 }

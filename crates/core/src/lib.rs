@@ -16,6 +16,7 @@ pub mod op;
 pub mod ops;
 pub mod passes;
 pub mod plan;
+pub mod prepacked;
 pub mod registry;
 pub mod tensor;
 

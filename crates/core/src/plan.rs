@@ -400,6 +400,7 @@ impl Plan {
                     inputs: &infer_inputs,
                     outputs: &outputs,
                 };
+                crate::prepacked::set_node(&node.name);
                 let picked = match provider {
                     Some(p) => p.select(&req)?,
                     None => Selection {

@@ -145,18 +145,27 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
                 None => Err("registered under another op type".into()),
             }
         });
-        let list = self.by_op.entry((TypeId::of::<O>(), layout)).or_default();
-        list.push(Entry {
-            name,
-            op,
-            priority,
-            dtypes,
-            layout,
-            build: erased,
-        });
+        self.insert(
+            TypeId::of::<O>(),
+            Entry {
+                name,
+                op,
+                priority,
+                dtypes,
+                layout,
+                build: erased,
+            },
+        );
+        self
+    }
+
+    /// Files an entry by priority. Out of [`KernelRegistry::add`], which is instantiated per op
+    /// type: one copy of the sort rather than one per op.
+    fn insert(&mut self, op: TypeId, entry: Entry<C, K>) {
+        let list = self.by_op.entry((op, entry.layout)).or_default();
+        list.push(entry);
         // Stable: equal priorities keep their registration order.
         list.sort_by_key(|e| -e.priority);
-        self
     }
 
     /// The kernel for a node: the first entry of its op type and layout, by priority, whose
@@ -184,6 +193,7 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
             let verdict = if selection.kernel.is_some() {
                 Verdict::NotTried
             } else {
+                crate::prepacked::set_kernel(e.name);
                 match e
                     .dtypes
                     .check(req)
@@ -201,6 +211,12 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
                 verdict,
             });
         }
+        let picked = selection
+            .considered
+            .iter()
+            .find(|c| matches!(c.verdict, Verdict::Picked))
+            .map(|c| c.kernel);
+        crate::prepacked::keep_only(&req.node.name, picked);
         selection
     }
 

@@ -3,6 +3,7 @@
 
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
+use ferrolite_core::prepacked::{self, Packed};
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
 
@@ -38,7 +39,7 @@ pub struct PackedMatrix {
     pub rows: usize,
     pub cols: usize,
     pub side: Side,
-    data: Vec<f32>,
+    data: Packed<f32>,
 }
 
 /// Bytes the packed matrices own (see [`ferrolite_core::plan::Kernel::prepacked_bytes`]).
@@ -49,12 +50,37 @@ pub(crate) fn packed_bytes(ms: &[PackedMatrix]) -> usize {
 impl PackedMatrix {
     /// Bytes of the packed values.
     pub fn bytes(&self) -> usize {
-        size_of_val(self.data.as_slice())
+        self.data.bytes()
     }
 
     /// The packed values (the driver's layout).
     pub(crate) fn data(&self) -> &[f32] {
         &self.data
+    }
+
+    /// A `rows x cols` operand for `side` from values already in the panel layout (a
+    /// [`prepacked`] buffer of the right length).
+    pub(crate) fn from_packed(rows: usize, cols: usize, side: Side, data: Packed<f32>) -> Self {
+        debug_assert_eq!(data.len(), Self::packed_len(rows, cols, side));
+        PackedMatrix {
+            rows,
+            cols,
+            side,
+            data,
+        }
+    }
+
+    /// Values in the panel layout of a `rows x cols` operand for `side`.
+    pub(crate) fn packed_len(rows: usize, cols: usize, side: Side) -> usize {
+        match side {
+            Side::A => rows.div_ceil(MR) * MR * cols,
+            Side::B => cols.div_ceil(NR) * NR * rows,
+        }
+    }
+
+    /// The packed values, taken out.
+    pub(crate) fn into_data(self) -> Vec<f32> {
+        self.data.into_vec()
     }
 
     /// An all-zero `rows x cols` left operand, to be filled block by block with
@@ -64,7 +90,7 @@ impl PackedMatrix {
             rows,
             cols,
             side: Side::A,
-            data: vec![0.0; rows.div_ceil(MR) * MR * cols],
+            data: Packed::from_vec(vec![0.0; rows.div_ceil(MR) * MR * cols]),
         }
     }
 
@@ -81,7 +107,7 @@ impl PackedMatrix {
         check(n, self.cols, src.data.len(), src.rs, src.cs, "row block")?;
         let (rows, cols) = (self.rows, self.cols);
         pack_lines_into(
-            &mut self.data,
+            self.data.as_mut_slice(),
             src.data,
             src.rs,
             src.cs,
@@ -253,7 +279,7 @@ impl Sgemm {
                     p.rows,
                     p.cols
                 );
-                Ok(Src::Packed(&p.data))
+                Ok(Src::Packed(p.data.as_slice()))
             }
         }
     }
@@ -344,12 +370,16 @@ impl Gemm for Sgemm {
 
     fn pack(&self, rows: usize, cols: usize, src: MatRef, side: Side) -> OpResult<PackedMatrix> {
         check(rows, cols, src.data.len(), src.rs, src.cs, "packed matrix")?;
-        let data = match side {
+        // A stored copy from an optimized model when there is one (the layout depends only on
+        // the side, the shape and the panel widths).
+        let len = PackedMatrix::packed_len(rows, cols, side);
+        let desc = [side as usize, rows, cols, MR, NR];
+        let data = prepacked::take(&desc, len, || match side {
             // Lines are rows of A (stride rs), depth along columns.
             Side::A => pack_full(src.data, src.rs, src.cs, rows, cols, MR),
             // Lines are columns of B, depth along rows.
             Side::B => pack_full(src.data, src.cs, src.rs, cols, rows, NR),
-        };
+        });
         Ok(PackedMatrix {
             rows,
             cols,

@@ -17,12 +17,15 @@
 //! outputs around (resnet18's logits move by 6e-6 instead of 3e-6); it needs enough tiles to
 //! fill its GEMMs, so the conv picks it for larger outputs only.
 
-use crate::gemm::{packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm};
+use crate::gemm::{
+    packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side,
+};
 use crate::scratch::{grown, with_taken};
 use crate::sgemm::MR;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::prepacked;
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -294,30 +297,39 @@ impl WinogradKernel {
         // Transformed weights by blocks of output channels, each packed straight into the
         // A^2 operands: the unpacked U (as large as the packed one) never exists whole.
         let a = tile.patch();
-        let mut u: Vec<PackedMatrix> = (0..a * a).map(|_| PackedMatrix::zeros_a(m, c)).collect();
-        let block = 8 * MR;
-        let mut planes = vec![0f32; a * a * block * c];
-        for r0 in (0..m).step_by(block) {
-            let rows = block.min(m - r0);
-            let mut t = [0f64; 36];
-            for (f, filter) in wv[r0 * c * 9..(r0 + rows) * c * 9]
-                .chunks_exact(9)
-                .enumerate()
-            {
-                transform_filter(filter, tile, &mut t);
-                for (p, &v) in t[..a * a].iter().enumerate() {
-                    planes[p * block * c + f] = v as f32;
+        let len = PackedMatrix::packed_len(m, c, Side::A);
+        // An optimized model may hold them already (see ferrolite_core::prepacked).
+        let u = prepacked::try_take_all(&[a, m, c, MR], &vec![len; a * a], || {
+            let mut u: Vec<PackedMatrix> =
+                (0..a * a).map(|_| PackedMatrix::zeros_a(m, c)).collect();
+            let block = 8 * MR;
+            let mut planes = vec![0f32; a * a * block * c];
+            for r0 in (0..m).step_by(block) {
+                let rows = block.min(m - r0);
+                let mut t = [0f64; 36];
+                for (f, filter) in wv[r0 * c * 9..(r0 + rows) * c * 9]
+                    .chunks_exact(9)
+                    .enumerate()
+                {
+                    transform_filter(filter, tile, &mut t);
+                    for (p, &v) in t[..a * a].iter().enumerate() {
+                        planes[p * block * c + f] = v as f32;
+                    }
+                }
+                for (p, up) in u.iter_mut().enumerate() {
+                    let src = MatRef {
+                        data: &planes[p * block * c..][..rows * c],
+                        rs: c,
+                        cs: 1,
+                    };
+                    up.pack_rows(r0, rows, src)?;
                 }
             }
-            for (p, up) in u.iter_mut().enumerate() {
-                let src = MatRef {
-                    data: &planes[p * block * c..][..rows * c],
-                    rs: c,
-                    cs: 1,
-                };
-                up.pack_rows(r0, rows, src)?;
-            }
-        }
+            Ok::<_, ferrolite_core::OpError>(u.into_iter().map(PackedMatrix::into_data).collect())
+        })?
+        .into_iter()
+        .map(|d| PackedMatrix::from_packed(m, c, Side::A, d))
+        .collect();
         Ok(Some(WinogradKernel {
             gemm,
             tile,

@@ -14,6 +14,7 @@ use ferrolite_core::passes::{
     optimize_folding, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
 };
 use ferrolite_core::plan::{Backend, KernelProvider, Plan, ReferenceKernels};
+use ferrolite_core::prepacked;
 use ferrolite_core::tensor::{checked_numel, with_tensor_limit};
 use ferrolite_core::{
     DType, DeclaredType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo,
@@ -204,6 +205,9 @@ pub struct Prepared {
     pub plan: Plan,
     /// Where the partition pass placed each node, when the session has a device.
     pub partition: Option<PartitionReport>,
+    /// For an optimized model: how many of the prepacked buffers it stores the kernels took,
+    /// of how many (the rest were packed again).
+    pub stored_prepacked: (usize, usize),
 }
 
 impl Prepared {
@@ -783,10 +787,7 @@ impl Session {
                 (Arc::new(ReferenceKernels), Vec::new())
             };
         let limit = self.options.max_memory;
-        // With a cap, folding creates nothing bigger than it.
-        let fold = limit.map_or(MAX_FOLD_BYTES, |cap| {
-            MAX_FOLD_BYTES.min(usize::try_from(cap).unwrap_or(usize::MAX))
-        });
+        let fold = self.fold_limit();
         if let Some(optimized) = &self.model.optimized {
             let prepared = Arc::new(self.prerun_optimized(optimized, &key, &types, fold)?);
             self.lock_plans()?.insert(key, prepared.clone());
@@ -822,9 +823,17 @@ impl Session {
             graph,
             plan,
             partition,
+            stored_prepacked: (0, 0),
         });
         self.lock_plans()?.insert(key, prepared.clone());
         Ok(prepared)
+    }
+
+    /// The largest result constant folding may create: with a cap, nothing bigger than it.
+    fn fold_limit(&self) -> usize {
+        self.options.max_memory.map_or(MAX_FOLD_BYTES, |cap| {
+            MAX_FOLD_BYTES.min(usize::try_from(cap).unwrap_or(usize::MAX))
+        })
     }
 
     /// The CPU kernels' name as optimized models record it: the ISA, or `reference`.
@@ -867,7 +876,19 @@ impl Session {
                 optimized.isa
             )));
         }
-        let mut graph = self.model.graph.clone();
+        // The kernels take their prepacked weights from the file where it has them.
+        let (prepared, used) = prepacked::replay(&optimized.packed, || {
+            self.plan_as_is(&self.model.graph, types, fold)
+        });
+        let mut prepared = prepared?;
+        prepared.stored_prepacked = (used, optimized.packed.len());
+        Ok(prepared)
+    }
+
+    /// Plans a graph that has been through the passes already: shape inference and kernel
+    /// selection only.
+    fn plan_as_is(&self, graph: &Graph, types: &[TensorInfo], fold: usize) -> Result<Prepared> {
+        let mut graph = graph.clone();
         let dynamic = infer_graph_folding(&mut graph, types, fold)?;
         check_tensor_sizes(&graph, self.options.max_memory)?;
         let cpu: Arc<dyn KernelProvider> = if self.options.optimized_kernels {
@@ -881,6 +902,7 @@ impl Session {
             graph,
             plan,
             partition: None,
+            stored_prepacked: (0, 0),
         })
     }
 
@@ -932,9 +954,20 @@ impl Session {
                 });
             }
         }
+        // Plan the graph as a load will, keeping the prepacked weights its kernels make.
+        let types: Vec<TensorInfo> = self
+            .inputs
+            .iter()
+            .zip(&shapes)
+            .map(|(i, s)| TensorInfo::new(i.dtype, s.clone()))
+            .collect();
+        let (planned, packed) =
+            prepacked::record(|| self.plan_as_is(&graph, &types, self.fold_limit()));
+        planned?;
         let optimized = Optimized {
             input_shapes: shapes,
             isa: self.kernels_name().to_string(),
+            packed,
         };
         format::write(&graph, &info, Some(&optimized), version)
     }

@@ -104,8 +104,17 @@ fn check_bit_exact(what: &str, source: &Session, inputs: &[(String, Tensor)]) {
         .filter(|t| t.byte_len() >= 4096)
         .all(|t| t.is_shared_view());
     assert!(mapped, "{what}: large weights were copied out of the map");
+    // Every prepacked buffer the file stores was taken, none packed again.
+    let (used, stored) = prepared.stored_prepacked;
+    assert_eq!(
+        used, stored,
+        "{what}: {used} of {stored} stored prepacked buffers taken"
+    );
     std::fs::remove_file(&path).ok();
-    eprintln!("{what}: bit-exact, {} bytes", bytes.len());
+    eprintln!(
+        "{what}: bit-exact, {} bytes, {stored} prepacked buffers taken from the file",
+        bytes.len()
+    );
 }
 
 #[test]
@@ -298,4 +307,59 @@ fn an_optimized_model_refuses_other_shapes_and_isas() {
         let e = s.prerun(&[vec![1, 3, 48, 192]]).unwrap_err().to_string();
         assert!(e.contains("optimized for the portable CPU kernels"), "{e}");
     }
+}
+
+/// Seeds for the `optimized_model` fuzz target, written to `$FERROLITE_FUZZ_SEEDS/optimized_model`:
+/// the repository's classifier for every ISA here (and unoptimized, its dims symbolic), and
+/// each ONNX conformance node model under `$FERROLITE_CONFORMANCE_NODES` that loads, up to
+/// 1 MiB. scripts/fuzz-corpus runs it. Ignored otherwise.
+#[test]
+#[ignore]
+fn write_fuzz_seeds() {
+    let Some(dir) = std::env::var_os("FERROLITE_FUZZ_SEEDS").map(PathBuf::from) else {
+        eprintln!("set FERROLITE_FUZZ_SEEDS to a folder");
+        return;
+    };
+    let out = dir.join("optimized_model");
+    std::fs::create_dir_all(&out).unwrap();
+    let demo = repo().join("models/ppocr_cls/model.onnx");
+    let mut written = 0;
+    let mut put = |name: String, bytes: Vec<u8>| {
+        if bytes.len() <= 1 << 20 {
+            std::fs::write(out.join(name), bytes).unwrap();
+            written += 1;
+        }
+    };
+    for isa in ferrolite::Isa::available() {
+        let s = Session::from_path(&demo, options().with_isa(isa.name())).unwrap();
+        put(
+            format!("ppocr_cls-{}", isa.name()),
+            s.optimized_model_bytes(Some(&[vec![1, 3, 48, 64]]))
+                .unwrap(),
+        );
+    }
+    let s = Session::from_path(&demo, options()).unwrap();
+    put(
+        "ppocr_cls-symbolic".into(),
+        s.optimized_model_bytes(None).unwrap(),
+    );
+    if let Some(nodes) = std::env::var_os("FERROLITE_CONFORMANCE_NODES") {
+        let mut cases: Vec<PathBuf> = std::fs::read_dir(nodes)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        cases.sort();
+        for case in cases {
+            let Ok(s) = Session::from_path(case.join("model.onnx"), options()) else {
+                continue;
+            };
+            if let Ok(bytes) = s.optimized_model_bytes(None) {
+                put(
+                    case.file_name().unwrap().to_string_lossy().into_owned(),
+                    bytes,
+                );
+            }
+        }
+    }
+    eprintln!("{written} seeds in {}", out.display());
 }

@@ -14,6 +14,7 @@ use crate::sgemm::Isa;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::prepacked::{self, Packed};
 use ferrolite_core::{OpResult, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -82,12 +83,12 @@ pub(crate) struct ConvKernel {
     /// of pixels, cut into rows of this width (tiles are not cut at the image's rows).
     flat_width: Option<usize>,
     /// `[OC / wblock][groups][KH][KW][group_len][wblock]`, zero-padded to whole `wblock`s.
-    weights: Vec<f32>,
+    weights: Packed<f32>,
     /// Output channels per weight vector: 8 (AVX2, portable) or 16 (AVX-512: two blocks of
     /// the layout in one register).
     wblock: usize,
     /// One value per output channel, zero-padded like the weights.
-    bias: Vec<f32>,
+    bias: Packed<f32>,
     act: Option<UnaryKind>,
     isa: Isa,
 }
@@ -136,17 +137,31 @@ impl ConvKernel {
             .collect();
         let wblock = if wide(isa) { 2 * B } else { B };
         let oc_padded = oc.next_multiple_of(wblock);
-        // Weights: [OC/wblock][groups][KH][KW][group_len][wblock].
+        // Weights: [OC/wblock][groups][KH][KW][group_len][wblock], from an optimized model
+        // when it holds them (ferrolite_core::prepacked).
         let kk = kh * kw;
-        let mut weights = vec![0f32; oc_padded * ic * kk];
-        for (i, &v) in w.iter().enumerate() {
-            let (o, c, t) = (i / (ic * kk), i / kk % ic, i % kk);
-            let (grp, j) = (c / group_len, c % group_len);
-            let at = (((o / wblock * groups + grp) * kk + t) * group_len + j) * wblock;
-            weights[at + o % wblock] = v;
-        }
-        let mut bias = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
-        bias.resize(oc_padded, 0.0);
+        let desc = [oc_padded, groups, kk, group_len, wblock];
+        let weights = prepacked::take(&desc, oc_padded * ic * kk, || {
+            let mut packed = vec![0f32; oc_padded * ic * kk];
+            // In the source's order (o, c, tap), with the destination's index built up rather
+            // than divided out per value.
+            for (o, filter) in w.chunks_exact(ic * kk).enumerate() {
+                let o_base = o / wblock * groups;
+                for (c, taps) in filter.chunks_exact(kk).enumerate() {
+                    let (grp, j) = (c / group_len, c % group_len);
+                    let base = (o_base + grp) * kk;
+                    for (t, &v) in taps.iter().enumerate() {
+                        packed[((base + t) * group_len + j) * wblock + o % wblock] = v;
+                    }
+                }
+            }
+            packed
+        });
+        let bias = prepacked::take(&[oc_padded], oc_padded, || {
+            let mut b = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
+            b.resize(oc_padded, 0.0);
+            b
+        });
         let flat = kh * kw == 1
             && g.strides == [1, 1]
             && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p == 0);

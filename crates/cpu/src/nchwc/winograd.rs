@@ -23,10 +23,12 @@ use crate::gemm::{
     packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side,
 };
 use crate::scratch::{grown, with_taken};
+use crate::sgemm::NR;
 use crate::winograd::{transform_filter, WinogradTile};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::prepacked;
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -99,27 +101,34 @@ impl WinogradKernel {
         if !pays(&s) || w.len() != m * c * 9 {
             return Ok(None);
         }
-        // U[p][ci][mi] from each filter's transform.
-        let mut planes = vec![0f32; P * c * m];
-        let mut t = [0f64; 36];
-        for (f, filter) in w.chunks_exact(9).enumerate() {
-            let (mi, ci) = (f / c, f % c);
-            transform_filter(filter, WinogradTile::F4, &mut t);
-            for (p, &v) in t.iter().enumerate() {
-                planes[(p * c + ci) * m + mi] = v as f32;
+        // U[p][ci][mi] from each filter's transform, packed as B operands; from an optimized
+        // model when it holds them (ferrolite_core::prepacked).
+        let len = PackedMatrix::packed_len(c, m, Side::B);
+        let u = prepacked::try_take_all(&[P, c, m, NR], &vec![len; P], || {
+            let mut planes = vec![0f32; P * c * m];
+            let mut t = [0f64; 36];
+            for (f, filter) in w.chunks_exact(9).enumerate() {
+                let (mi, ci) = (f / c, f % c);
+                transform_filter(filter, WinogradTile::F4, &mut t);
+                for (p, &v) in t.iter().enumerate() {
+                    planes[(p * c + ci) * m + mi] = v as f32;
+                }
             }
-        }
-        let u = planes
-            .chunks_exact(c * m)
-            .map(|up| {
-                let src = MatRef {
-                    data: up,
-                    rs: m,
-                    cs: 1,
-                };
-                gemm.pack(c, m, src, Side::B)
-            })
-            .collect::<OpResult<Vec<_>>>()?;
+            planes
+                .chunks_exact(c * m)
+                .map(|up| {
+                    let src = MatRef {
+                        data: up,
+                        rs: m,
+                        cs: 1,
+                    };
+                    Ok(gemm.pack(c, m, src, Side::B)?.into_data())
+                })
+                .collect::<OpResult<Vec<_>>>()
+        })?
+        .into_iter()
+        .map(|d| PackedMatrix::from_packed(c, m, Side::B, d))
+        .collect();
         Ok(Some(WinogradKernel {
             gemm,
             x: x.to_vec(),
