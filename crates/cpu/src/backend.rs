@@ -3,7 +3,9 @@
 //! whose op type has none, or whose entries all pass, runs its reference implementation.
 
 use crate::isa::Isa;
+#[cfg(feature = "analysis")]
 use crate::layout_nhwc::LayoutNhwcInt8;
+#[cfg(feature = "analysis")]
 use crate::layout_pass::LayoutNchwc;
 use crate::Sgemm;
 use ferrolite_core::passes::Pass;
@@ -115,6 +117,10 @@ impl Backend for CpuBackend {
     }
 
     fn passes(&self) -> Vec<Box<dyn Pass>> {
+        // None in the light build (no `analysis` feature): optimized models carry the layout.
+        #[cfg(not(feature = "analysis"))]
+        return Vec::new();
+        #[cfg(feature = "analysis")]
         vec![
             Box::new(LayoutNchwc { isa: self.cx.isa }),
             Box::new(LayoutNhwcInt8),

@@ -48,7 +48,9 @@ mod fast;
 pub mod fully_connected;
 pub mod gemm;
 pub mod isa;
+#[cfg(feature = "analysis")]
 mod layout_nhwc;
+#[cfg(feature = "analysis")]
 mod layout_pass;
 mod math;
 pub mod matmul;
@@ -86,5 +88,7 @@ mod testutil;
 pub use backend::{CpuBackend, CpuContext};
 pub use gemm::Sgemm;
 pub use isa::Isa;
+#[cfg(feature = "analysis")]
 pub use layout_nhwc::LayoutNhwcInt8;
+#[cfg(feature = "analysis")]
 pub use layout_pass::LayoutNchwc;

@@ -3,7 +3,9 @@
 //! use it: whatever the bytes, every failure must come back as an `Err`, never as a panic, an
 //! abort, or an allocation past the session's memory cap.
 
-use crate::model::{load_model, load_paddle_bytes, load_paddle_separate};
+use crate::model::{load_model, load_model_as, Format};
+#[cfg(feature = "paddle")]
+use crate::model::{load_paddle_bytes, load_paddle_separate};
 use crate::{Result, Session, SessionOptions, Tensor};
 use ferrolite_core::tensor::checked_numel;
 
@@ -49,7 +51,16 @@ pub fn onnx(bytes: &[u8]) -> Result<()> {
     exercise(&Session::from_model(load_model(bytes, None)?, options())?)
 }
 
+/// [`exercise`] on ferrolite's optimized format (`ferrolite opt`, docs/format.md).
+pub fn optimized(bytes: &[u8]) -> Result<()> {
+    exercise(&Session::from_model(
+        load_model_as(Format::Optimized, bytes, None)?,
+        options(),
+    )?)
+}
+
 /// [`exercise`] on a Paddle program with combined parameters.
+#[cfg(feature = "paddle")]
 pub fn paddle_combined(program: &[u8], params: &[u8]) -> Result<()> {
     exercise(&Session::from_model(
         load_paddle_bytes(program, params)?,
@@ -58,6 +69,7 @@ pub fn paddle_combined(program: &[u8], params: &[u8]) -> Result<()> {
 }
 
 /// [`exercise`] on a Paddle program with one parameter file per variable, `files` by name.
+#[cfg(feature = "paddle")]
 pub fn paddle_separate(program: &[u8], files: &[(String, Vec<u8>)]) -> Result<()> {
     let model = load_paddle_separate(program, |name| {
         files
@@ -137,6 +149,7 @@ pub mod packed_paddle {
 
 /// Decodes input-file bytes as the CLI reads them: `.npy` when they start with its magic,
 /// else a serialized ONNX `TensorProto`.
+#[cfg(feature = "onnx")]
 pub fn tensor_file(bytes: &[u8]) -> Result<Tensor> {
     if bytes.starts_with(b"\x93NUMPY") {
         ferrolite_onnx::npy::read_npy(bytes)

@@ -45,13 +45,14 @@ pub use device::{DeviceOption, GPU_AVAILABLE};
 pub use ferrolite_core::passes::{PartitionOptions, PartitionReport};
 pub use ferrolite_core::{DType, Dim, Error, Graph, Result, Tensor, TensorInfo};
 pub use ferrolite_cpu::Isa;
-pub use model::{
-    is_paddle, load_model, load_model_as, load_paddle, load_paddle_bytes, load_paddle_separate,
-    load_path, Format, Model,
-};
+pub use model::{is_paddle, load_model, load_model_as, load_paddle, load_path, Format, Model};
+#[cfg(feature = "paddle")]
+pub use model::{load_paddle_bytes, load_paddle_separate};
 pub use session::{pass_names, IoInfo, Outputs, Prepared, Session, SessionOptions, TensorView};
 
 /// Lower-level pieces for tools: the core crate and the ONNX frontend.
 pub use ferrolite_core as core;
+#[cfg(feature = "onnx")]
 pub use ferrolite_onnx as onnx;
+#[cfg(feature = "paddle")]
 pub use ferrolite_paddle as paddle;

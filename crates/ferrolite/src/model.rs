@@ -116,6 +116,12 @@ pub fn load_model(bytes: &[u8], dir: Option<&Path>) -> Result<Model> {
 /// Decodes a model of a given format from bytes.
 pub fn load_model_as(format: Format, bytes: &[u8], dir: Option<&Path>) -> Result<Model> {
     match format {
+        #[cfg(not(feature = "onnx"))]
+        Format::Onnx => {
+            let _ = dir;
+            Err(without("ONNX"))
+        }
+        #[cfg(feature = "onnx")]
         Format::Onnx => {
             let m = ferrolite_onnx::model::load_model(bytes, dir)?;
             Ok(Model {
@@ -168,11 +174,27 @@ pub fn is_paddle(path: &Path) -> bool {
 /// Loads a Paddle model: a folder, or a program file with an optional params file (combined
 /// file, or a folder of per-variable files).
 pub fn load_paddle(model: &Path, params: Option<&Path>) -> Result<Model> {
-    paddle_model(ferrolite_paddle::load(model, params)?)
+    #[cfg(feature = "paddle")]
+    return paddle_model(ferrolite_paddle::load(model, params)?);
+    #[cfg(not(feature = "paddle"))]
+    {
+        let _ = (model, params);
+        Err(without("Paddle"))
+    }
+}
+
+/// The error of a build without a frontend (the light build: optimized models only).
+#[allow(dead_code)]
+fn without(frontend: &str) -> Error {
+    Error::Other(format!(
+        "this build of ferrolite has no {frontend} frontend (a light build loads only \
+         optimized models: write one with `ferrolite opt`)"
+    ))
 }
 
 /// Loads a Paddle model from memory: a program and its combined parameters (empty when the
 /// program has no saved variables).
+#[cfg(feature = "paddle")]
 pub fn load_paddle_bytes(program: &[u8], params: &[u8]) -> Result<Model> {
     use ferrolite_paddle::model::{persistable_vars, read_combined};
     let p = ferrolite_paddle::decode_program(program)?;
@@ -182,6 +204,7 @@ pub fn load_paddle_bytes(program: &[u8], params: &[u8]) -> Result<Model> {
 
 /// Loads a Paddle model from memory with one parameter file per variable: `fetch` returns a
 /// variable's file contents by name.
+#[cfg(feature = "paddle")]
 pub fn load_paddle_separate(
     program: &[u8],
     fetch: impl FnMut(&str) -> ferrolite_paddle::Result<Vec<u8>>,
@@ -192,6 +215,7 @@ pub fn load_paddle_separate(
     paddle_model(ferrolite_paddle::convert_program(&p, tensors)?)
 }
 
+#[cfg(feature = "paddle")]
 fn paddle_model(m: ferrolite_paddle::PaddleModel) -> Result<Model> {
     Ok(Model {
         graph: m.graph,

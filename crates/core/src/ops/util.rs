@@ -137,6 +137,16 @@ pub fn to_dim(v: i64, what: &str) -> OpResult<usize> {
     Ok(v as usize)
 }
 
+/// Sorts indices stably by `cmp`. Every caller shares this one instance of the sort: a
+/// comparator generic over the element type would instantiate it per dtype (about 10 KB of
+/// code each, which the light build counts).
+pub fn sort_indices_by(
+    order: &mut [usize],
+    cmp: &mut dyn FnMut(usize, usize) -> std::cmp::Ordering,
+) {
+    order.sort_by(|&a, &b| cmp(a, b));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,37 +4,63 @@
 //! inference with constant folding runs first (it needs the input shapes), then the passes.
 //! With `FERROLITE_DUMP_GRAPH=DIR` the graph is written to `DIR` after every step.
 
+#[cfg(feature = "analysis")]
 mod fold_conv_batchnorm;
+#[cfg(feature = "analysis")]
 mod fold_conv_scale;
+#[cfg(feature = "analysis")]
 mod fold_transpose;
+#[cfg(feature = "analysis")]
 mod fuse_activation;
+#[cfg(feature = "analysis")]
 mod fuse_conv_add_bias;
+#[cfg(feature = "analysis")]
 mod fuse_gelu;
+#[cfg(feature = "analysis")]
 mod fuse_hard_swish;
+#[cfg(feature = "analysis")]
 mod fuse_layer_norm;
+#[cfg(feature = "analysis")]
 mod fuse_matmul_add;
+#[cfg(feature = "analysis")]
 mod fuse_scale_shift;
+#[cfg(feature = "analysis")]
 mod lookup_int8;
 pub mod partition;
+#[cfg(feature = "analysis")]
 mod quantize;
+#[cfg(feature = "analysis")]
 mod remove_neutral;
 pub mod rewrite;
 #[doc(hidden)]
 pub mod testutil;
 
+#[cfg(feature = "analysis")]
 pub use fold_conv_batchnorm::FoldConvBatchNorm;
+#[cfg(feature = "analysis")]
 pub use fold_conv_scale::FoldConvScale;
+#[cfg(feature = "analysis")]
 pub use fold_transpose::FoldTranspose;
+#[cfg(feature = "analysis")]
 pub use fuse_activation::FuseActivation;
+#[cfg(feature = "analysis")]
 pub use fuse_conv_add_bias::FuseConvAddBias;
+#[cfg(feature = "analysis")]
 pub use fuse_gelu::FuseGelu;
+#[cfg(feature = "analysis")]
 pub use fuse_hard_swish::FuseHardSwish;
+#[cfg(feature = "analysis")]
 pub use fuse_layer_norm::FuseLayerNorm;
+#[cfg(feature = "analysis")]
 pub use fuse_matmul_add::FuseMatMulAdd;
+#[cfg(feature = "analysis")]
 pub use fuse_scale_shift::FuseScaleShift;
+#[cfg(feature = "analysis")]
 pub use lookup_int8::LookupInt8;
 pub use partition::{Partition, PartitionOptions, PartitionReport};
+#[cfg(feature = "analysis")]
 pub use quantize::Quantize;
+#[cfg(feature = "analysis")]
 pub use remove_neutral::RemoveNeutral;
 
 use crate::infer::{infer_graph_folding, MAX_FOLD_BYTES};
@@ -121,7 +147,16 @@ impl Pass for DeadCode {
 }
 
 /// The device-independent passes, in order (backends append their own: see
+/// [`session_pipeline`] and [`crate::plan::Backend::passes`]). None in a build without the
+/// `analysis` feature (the light build, which runs optimized models: docs/format.md).
+#[cfg(not(feature = "analysis"))]
+pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
+    Vec::new()
+}
+
+/// The device-independent passes, in order (backends append their own: see
 /// [`session_pipeline`] and [`crate::plan::Backend::passes`]).
+#[cfg(feature = "analysis")]
 pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(RemoveIdentity),

@@ -92,7 +92,7 @@ impl NonMaxSuppression {
                     .filter(|&i| score_th.is_none_or(|t| sc[i] > t))
                     .collect();
                 // Stable: equal scores keep the lower box index first.
-                cand.sort_by(|&i, &j| sc[j].total_cmp(&sc[i]));
+                crate::ops::util::sort_indices_by(&mut cand, &mut |i, j| sc[j].total_cmp(&sc[i]));
                 let mut kept: Vec<usize> = Vec::new();
                 for i in cand {
                     if kept.len() >= max_out {

@@ -75,7 +75,7 @@ fn group<T: Elem>(x: &Tensor, axis: Option<usize>, sorted: bool) -> OpResult<Gro
     // Sort slice indices by value (stable, so each run starts at its first occurrence), then
     // number the runs: O(n log n) comparisons rather than comparing every pair.
     let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&i, &j| cmp(&slices[i], &slices[j]));
+    crate::ops::util::sort_indices_by(&mut order, &mut |i, j| cmp(&slices[i], &slices[j]));
     let mut first: Vec<usize> = Vec::new();
     let mut counts: Vec<usize> = Vec::new();
     let mut inverse = vec![0usize; n];
@@ -92,7 +92,7 @@ fn group<T: Elem>(x: &Tensor, axis: Option<usize>, sorted: bool) -> OpResult<Gro
     if !sorted {
         // First-occurrence order: renumber the groups by their first index.
         let mut by_first: Vec<usize> = (0..first.len()).collect();
-        by_first.sort_by_key(|&k| first[k]);
+        crate::ops::util::sort_indices_by(&mut by_first, &mut |a, b| first[a].cmp(&first[b]));
         let mut rank = vec![0usize; by_first.len()];
         for (r, &k) in by_first.iter().enumerate() {
             rank[k] = r;

@@ -105,7 +105,7 @@ impl Op for TopK {
                     order.clear();
                     order.extend(0..len);
                     // Stable sort: equal values keep ascending indices.
-                    order.sort_by(|&a, &b| {
+                    crate::ops::util::sort_indices_by(&mut order, &mut |a, b| {
                         let c = xs[at(a)].partial_cmp(&xs[at(b)]).unwrap_or(Ordering::Equal);
                         if self.largest { c.reverse() } else { c }
                     });
