@@ -478,6 +478,10 @@ pub(crate) fn register(r: &mut Registry) {
             }
             let g = p.geometry(x.shape).map_err(|e| e.to_string())?;
             let [gh, gw] = <[AxisGeometry; 2]>::try_from(g).map_err(|_| "needs a 2-D pool")?;
+            // Planes are cut into chunks of their sizes; an empty one has nothing to cut.
+            if gh.input * gw.input == 0 || gh.output * gw.output == 0 {
+                return Err("needs non-empty input and output planes".into());
+            }
             Ok(Box::new(QMaxPoolKernel {
                 x: x.shape.to_vec(),
                 h: AxisPlan::new(&gh),
