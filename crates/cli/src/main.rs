@@ -261,7 +261,18 @@ enum Command {
     },
 }
 
+/// Rust ignores SIGPIPE, so printing to a closed pipe (`ferrolite info m.onnx | head`) would
+/// panic in `println!`. Like other command-line tools, end quietly instead.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(code) => code,
