@@ -124,6 +124,16 @@ fn sanitize(name: &str) -> String {
 pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
     let model = session.model();
     println!("format   {} (producer '{}')", model.format, model.producer);
+    if let Some(o) = &model.optimized {
+        let packed: usize = o.packed.iter().map(|p| p.tensor.byte_len()).sum();
+        println!(
+            "opt      for input shapes {:?} and the {} kernels; {} prepacked weights ({:.1} MB)",
+            o.input_shapes,
+            o.isa,
+            o.packed.len(),
+            packed as f64 / 1e6
+        );
+    }
     println!("backend  {}", session.cpu_description());
     let isas: Vec<&str> = ferrolite::Isa::available()
         .iter()

@@ -1,4 +1,5 @@
-//! The `ferrolite` binary as a user runs it.
+//! The `ferrolite` binary as a user runs it: `opt` writes an optimized model that `info`,
+//! `run` and `check` take, and printing into a closed pipe ends quietly.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -9,6 +10,47 @@ fn bin() -> Command {
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{cmd:?}: {stdout}{stderr}");
+    stdout
+}
+
+#[test]
+fn opt_writes_a_model_the_other_commands_take() {
+    let dir = std::env::temp_dir().join(format!("ferrolite-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let flm = dir.join("cls.flm");
+    let case = repo().join("models/ppocr_cls");
+    let said = ok(bin()
+        .arg("opt")
+        .arg(case.join("model.onnx"))
+        .args(["--shape", "x=1x3x48x192", "-o"])
+        .arg(&flm));
+    assert!(
+        said.contains("optimized for input shapes [[1, 3, 48, 192]]"),
+        "{said}"
+    );
+    let info = ok(bin().arg("info").arg(&flm));
+    assert!(info.contains("format   ferrolite"), "{info}");
+    assert!(info.contains("prepacked weights"), "{info}");
+    // The case's reference input is 1x3x48x192: `check` runs it through the optimized file.
+    let checked = ok(bin().arg("check").arg(&case).arg("--model").arg(&flm));
+    assert!(checked.contains("1 passed"), "{checked}");
+    // Without --shape, a model with symbolic dims is written as it is.
+    let said = ok(bin()
+        .arg("opt")
+        .arg(case.join("model.onnx"))
+        .arg("-o")
+        .arg(dir.join("symbolic.flm")));
+    assert!(said.contains("not optimized"), "{said}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
