@@ -120,6 +120,12 @@ pub fn replay<R>(records: &[PackedRecord], f: impl FnOnce() -> R) -> (R, usize) 
     }
 }
 
+/// Whether a [`record`] or [`replay`] is active on this thread: outside them, kernels pack
+/// as usual and need not prepare for a stored copy.
+pub fn active() -> bool {
+    CONTEXT.with(|c| c.borrow().is_some())
+}
+
 /// The node whose kernel is chosen next (called by the plan builder).
 pub fn set_node(name: &str) {
     with_context(|c| {

@@ -213,7 +213,7 @@ impl QConvKernel {
             let mg = m / s.group;
             let groups = (0..s.group)
                 .map(|gi| {
-                    Packed::new(
+                    Packed::new_weights(
                         path,
                         Side::Rows,
                         k,

@@ -205,7 +205,7 @@ impl QConvNhwcKernel {
                     }
                 }
             }
-            let packed = Packed::new(
+            let packed = Packed::new_weights(
                 path,
                 Side::Panels,
                 k,

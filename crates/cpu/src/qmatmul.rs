@@ -68,7 +68,8 @@ fn pack_weights(
         flip: if bq.signed { 0 } else { 0x80 },
         signed: true,
     };
-    let packed = Packed::new(path, Side::Panels, k, n, source).map_err(|e| e.to_string())?;
+    let packed =
+        Packed::new_weights(path, Side::Panels, k, n, source).map_err(|e| e.to_string())?;
     let zero = per_column(&bq.zero, n)
         .into_iter()
         .map(|z| if bq.signed { z } else { z - 128 })

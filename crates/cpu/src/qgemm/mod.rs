@@ -27,6 +27,7 @@
 pub(crate) mod x86;
 
 use crate::Isa;
+use ferrolite_core::prepacked;
 use ferrolite_core::{op_ensure, OpResult};
 use rayon::prelude::*;
 
@@ -347,6 +348,67 @@ impl Packed {
 
     pub fn k(&self) -> usize {
         self.k
+    }
+
+    /// [`Packed::new`] for constant weights, at prerun: an optimized model may hold the packed
+    /// bytes (`ferrolite_core::prepacked`), which are then copied rather than packed again.
+    pub fn new_weights(
+        path: QPath,
+        side: Side,
+        k: usize,
+        len: usize,
+        src: Source,
+    ) -> OpResult<Packed> {
+        if !prepacked::active() {
+            return Packed::new(path, side, k, len, src);
+        }
+        let (mr, nr) = path.tile();
+        let block = if side == Side::Rows { mr } else { nr };
+        let (g, kg) = match path.group() {
+            Group::Quad => (4, path.quads(k)),
+            Group::Pair => (2, k.div_ceil(2)),
+        };
+        let total = len.div_ceil(block) * kg * block * g;
+        let (n_bytes, n_pairs) = match path.group() {
+            Group::Quad => (total, 0),
+            Group::Pair => (0, total),
+        };
+        let desc = [
+            path as usize,
+            side as usize,
+            k,
+            len,
+            usize::from(src.signed),
+        ];
+        let mut fresh: Option<OpResult<Packed>> = None;
+        let mut made = || {
+            fresh
+                .get_or_insert_with(|| Packed::new(path, side, k, len, src))
+                .as_ref()
+                .ok()
+                .cloned()
+        };
+        let bytes = prepacked::take(&desc, n_bytes, || {
+            made().map(|p| p.bytes).unwrap_or_default()
+        });
+        let pairs = prepacked::take(&desc, n_pairs, || {
+            made().map(|p| p.pairs).unwrap_or_default()
+        });
+        let sums = prepacked::take(&desc, len, || made().map(|p| p.sums).unwrap_or_default());
+        match fresh {
+            // Packed here (nothing stored, or not all of it): that packing, or its error.
+            Some(result) => result,
+            None => Ok(Packed {
+                path,
+                side,
+                signed: src.signed,
+                k,
+                len,
+                bytes: bytes.into_vec(),
+                pairs: pairs.into_vec(),
+                sums: sums.into_vec(),
+            }),
+        }
     }
 
     /// Packs the columns of a row-major `[k, n]` matrix (row stride `ld`) as unsigned panels:
