@@ -68,3 +68,74 @@ fn a_closed_pipe_ends_the_output_without_a_panic() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Two processes running the same optimized file share its pages: each one's proportional share
+/// of the mapping is about half of what it has resident.
+#[cfg(target_os = "linux")]
+#[test]
+fn two_processes_share_an_optimized_files_pages() {
+    let dir = std::env::temp_dir().join(format!("ferrolite-cli-share-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let flm = dir.join("cls.flm");
+    ok(bin()
+        .arg("opt")
+        .arg(repo().join("models/ppocr_cls/model.onnx"))
+        .args(["--shape", "x=1x3x48x192", "-o"])
+        .arg(&flm));
+    let spawn = || {
+        bin()
+            .arg("bench")
+            .arg(&flm)
+            .args(["--seconds", "8"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut children = [spawn(), spawn()];
+    // (Rss, Pss) in kB of the file's mappings in one process.
+    let mapped = |pid: u32| -> (u64, u64) {
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+        let (mut rss, mut pss, mut inside) = (0, 0, false);
+        for line in smaps.lines() {
+            let field = |name: &str| -> Option<u64> {
+                line.strip_prefix(name)?
+                    .trim()
+                    .trim_end_matches(" kB")
+                    .parse()
+                    .ok()
+            };
+            if line.contains(" /") || line.ends_with(']') || line.split_whitespace().count() == 5 {
+                inside = line.ends_with(flm.to_str().unwrap());
+            } else if inside {
+                rss += field("Rss:").unwrap_or(0);
+                pss += field("Pss:").unwrap_or(0);
+            }
+        }
+        (rss, pss)
+    };
+    // Once both have run for a while; the smaller of the two is then all shared pages.
+    let mut seen = None;
+    for tick in 0..120 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (a, b) = (mapped(children[0].id()), mapped(children[1].id()));
+        if a.0 > 0 && b.0 > 0 && tick >= 10 {
+            seen = Some(if a.0 <= b.0 { (a, b) } else { (b, a) });
+            break;
+        }
+    }
+    let mut ended = Vec::new();
+    for c in &mut children {
+        ended.push(c.try_wait().ok().flatten());
+        c.kill().ok();
+        c.wait().ok();
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    let Some(((rss, pss), _)) = seen else {
+        panic!("the two processes did not both map the file (exited early: {ended:?})")
+    };
+    eprintln!("the file in one of two processes: Rss {rss} kB, Pss {pss} kB");
+    assert!(
+        pss * 10 <= rss * 6,
+        "the mapping is not shared: Rss {rss} kB, Pss {pss} kB"
+    );
+}
