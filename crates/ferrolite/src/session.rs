@@ -868,6 +868,13 @@ impl Session {
             )));
         }
         let kernels = self.kernels_name();
+        if optimized.isa == "reference" && kernels != "reference" {
+            return Err(Error::Other(
+                "this model was optimized for the reference kernels: run it with them \
+                 (--reference, SessionOptions::optimized_kernels = false)"
+                    .into(),
+            ));
+        }
         if optimized.isa != kernels {
             return Err(Error::Other(format!(
                 "this model was optimized for the {} CPU kernels and this session runs {kernels} \
