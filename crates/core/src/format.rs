@@ -116,6 +116,21 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Rewrites the graph section's checksum to match its bytes, when the header's offsets lie in
+/// the file. For tools that edit a file, and for the fuzzer, whose mutations would otherwise
+/// stop at the checksum.
+pub fn reseal(file: &mut [u8]) {
+    if file.len() < HEADER_LEN || !file.starts_with(MAGIC) {
+        return;
+    }
+    let (at, len) = (u64_at(file, 64), u64_at(file, 72));
+    let Some(end) = at.checked_add(len).filter(|&e| e <= file.len() as u64) else {
+        return;
+    };
+    let sum = checksum(&file[at as usize..end as usize]);
+    file[80..88].copy_from_slice(&sum.to_le_bytes());
+}
+
 fn fixed_str<const N: usize>(s: &str) -> [u8; N] {
     let mut out = [0u8; N];
     let n = s.len().min(N);
