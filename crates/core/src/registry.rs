@@ -62,6 +62,16 @@ pub struct Request<'r, 'a, C> {
     pub nchwc: Option<&'r Nchwc>,
 }
 
+/// Why no kernel takes the node, when its data input (input 0) or an output holds no values.
+/// Kernels cut their data into rows, planes and chunks, and an empty one has nothing to cut
+/// (a chunk size of 0 panics); the reference implementation handles empty tensors, at no cost.
+fn empty_data(req: &KernelRequest) -> Option<&'static str> {
+    let empty = |shape: &[usize]| shape.contains(&0);
+    let input = req.inputs.first().and_then(Option::as_ref);
+    (input.is_some_and(|x| empty(x.shape)) || req.outputs.iter().any(|o| empty(&o.shape)))
+        .then_some("its data input or an output is empty: the reference implementation runs it")
+}
+
 /// A builder: the kernel, or the reason it does not handle this node.
 pub type Build<O, C, K> = fn(&O, &Request<C>) -> Result<K, String>;
 
@@ -189,8 +199,11 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
             return selection;
         };
         let r = Request { req, cx, nchwc };
+        let empty = empty_data(req);
         for e in entries {
-            let verdict = if selection.kernel.is_some() {
+            let verdict = if let Some(why) = empty {
+                Verdict::Rejected(why.into())
+            } else if selection.kernel.is_some() {
                 Verdict::NotTried
             } else {
                 crate::prepacked::set_kernel(e.name);
@@ -255,13 +268,23 @@ mod tests {
     }
 
     fn pick(r: &Kernels<()>, op: Arc<dyn Op>, dtype: DType) -> Selection<Box<dyn Kernel>> {
+        pick_shaped(r, op, dtype, &[4], &[4])
+    }
+
+    fn pick_shaped(
+        r: &Kernels<()>,
+        op: Arc<dyn Op>,
+        dtype: DType,
+        input: &[usize],
+        output: &[usize],
+    ) -> Selection<Box<dyn Kernel>> {
         let n = node(op);
         let inputs = [Some(InferInput {
             dtype,
-            shape: &[4],
+            shape: input,
             value: None,
         })];
-        let outputs = [TensorInfo::new(dtype, vec![4])];
+        let outputs = [TensorInfo::new(dtype, output.to_vec())];
         let req = KernelRequest {
             node: &n,
             inputs: &inputs,
@@ -272,6 +295,25 @@ mod tests {
 
     fn reference(u: &Unary, _: &Request<()>) -> Result<Box<dyn Kernel>, String> {
         Ok(Box::new(ReferenceKernel(Arc::new(u.clone()))))
+    }
+
+    #[test]
+    fn no_kernel_takes_an_empty_data_input_or_output() {
+        let mut r = Kernels::<()>::default();
+        r.add::<Unary>("any", "Unary", 0, DTypes::Any, Layout::Plain, reference);
+        let relu: Arc<dyn Op> = Arc::new(Unary {
+            kind: UnaryKind::Relu,
+        });
+        for (input, output) in [(&[2, 0, 3][..], &[2, 0, 3][..]), (&[4], &[0])] {
+            let s = pick_shaped(&r, relu.clone(), DType::F32, input, output);
+            assert!(s.kernel.is_none(), "{input:?} -> {output:?}");
+            assert!(
+                matches!(&s.considered[0].verdict, Verdict::Rejected(why) if why.contains("empty"))
+            );
+        }
+        assert!(pick_shaped(&r, relu, DType::F32, &[1, 3], &[1, 3])
+            .kernel
+            .is_some());
     }
 
     #[test]

@@ -70,3 +70,41 @@ fn replay_paddle(target: &str, data: &[u8]) -> ferrolite::Result<()> {
         exercise::paddle_separate(program, &files)
     }
 }
+
+/// A convolution over an empty plane (a zero dim) that padding gives outputs: every tap falls
+/// in the padding, so each output is its channel's bias, through the Relu that follows. The
+/// CPU kernels cut planes into chunks and once panicked on these (found by the 10-million
+/// `onnx_model` run); no kernel takes them now, and the reference must still answer right.
+#[test]
+fn a_padded_convolution_over_an_empty_plane_gives_its_bias() {
+    let dir = repo().join("tests/fuzz-regressions/onnx_model");
+    for file in [
+        "empty-plane-depthwise_5x0.onnx",
+        "empty-plane-grouped_0x5.onnx",
+    ] {
+        let model = ferrolite::load_path(&dir.join(file)).unwrap();
+        let bias = model
+            .graph
+            .values
+            .iter()
+            .find(|v| v.name == "B")
+            .and_then(|v| v.constant.clone())
+            .expect("the bias");
+        let bias = bias.as_slice::<f32>().unwrap().to_vec();
+        let session = Session::from_model(model, exercise::options()).unwrap();
+        let shape = session.default_shapes().remove(0);
+        let x = ferrolite::Tensor::zeros(ferrolite::DType::F32, &shape).unwrap();
+        let y = &session.run(&[("x", x)]).unwrap()["y"];
+        let (channels, plane) = (y.shape()[1], y.shape()[2] * y.shape()[3]);
+        assert_eq!(channels, bias.len(), "{file}");
+        assert!(plane > 0, "{file}: padding gives outputs");
+        let y = y.as_slice::<f32>().unwrap();
+        for (c, b) in bias.iter().enumerate() {
+            let want = b.max(0.0);
+            assert!(
+                y[c * plane..][..plane].iter().all(|&v| v == want),
+                "{file}: channel {c} is not {want}"
+            );
+        }
+    }
+}
