@@ -224,7 +224,8 @@ fn window_max(row: &[u8], g: &AxisGeometry, phases: &mut Vec<u8>, out: &mut [u8]
             }
         } else if s > 2 {
             for (p, phase) in phases.chunks_exact_mut(len).enumerate() {
-                for (dst, &v) in phase.iter_mut().zip(row[p..].iter().step_by(s)) {
+                // `skip`, not `row[p..]`: a stride wider than the row has phases past its end.
+                for (dst, &v) in phase.iter_mut().zip(row.iter().skip(p).step_by(s)) {
                     *dst = v;
                 }
             }

@@ -577,6 +577,9 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
                         ([3, 3], [2, 2], [0, 0, 0, 0], [1, 1], true),
                         ([3, 2], [1, 3], [0, 1, 1, 0], [1, 1], false),
                         ([2, 3], [1, 2], [1, 0, 0, 1], [2, 2], true),
+                        // Strides wider than the padded row: phases past its end.
+                        ([1, 2], [5, 6], [0, 0, 0, 0], [1, 1], false),
+                        ([2, 1], [3, 9], [1, 1, 1, 1], [1, 1], true),
                     ] {
                         let p = Pool {
                             kind: PoolKind::Max,
