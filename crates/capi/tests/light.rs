@@ -74,3 +74,48 @@ fn runs_an_optimized_model_and_names_what_it_lacks() {
     }
     assert_eq!(release_ferrolite(), FERROLITE_OK);
 }
+
+/// A build tailored to other ops (scripts/light-build sets FERROLITE_OPS to the fixture's) loads
+/// no model that needs an op it left out, and says which op.
+#[test]
+fn a_model_needing_an_op_left_out_is_refused_by_name() {
+    use ferrolite::core::ops::codec::built;
+    use ferrolite::core::ops::misc::det::Det;
+    use ferrolite::core::{format, DType, DeclaredType, Dim, Graph};
+
+    let mut g = Graph::new();
+    let x = g.add_value("x");
+    g.value_mut(x).declared = Some(DeclaredType {
+        dtype: DType::F32,
+        shape: Some(vec![Dim::Fixed(2), Dim::Fixed(2)]),
+    });
+    g.inputs.push(x);
+    let y = g
+        .add_op("det", std::sync::Arc::new(Det), vec![Some(x)], 1)
+        .unwrap();
+    g.outputs.push(y[0]);
+    let info = format::ModelInfo {
+        source_format: "onnx".into(),
+        producer: "light test".into(),
+        opsets: vec![],
+        metadata: vec![],
+    };
+    let bytes = format::write(&g, &info, None, "light test").unwrap();
+    let path = std::env::temp_dir().join(format!("ferrolite-light-{}.flm", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let c_path = CString::new(path.to_str().unwrap()).unwrap();
+
+    assert_eq!(init_ferrolite(), FERROLITE_OK);
+    let mut g = null_mut();
+    let status = create_graph(c_path.as_ptr(), &mut g);
+    let error = last_error();
+    std::fs::remove_file(&path).unwrap();
+    if built("Det") {
+        assert_eq!(status, FERROLITE_OK, "{error}");
+        assert_eq!(destroy_graph(g), FERROLITE_OK);
+    } else {
+        assert_eq!(status, FERROLITE_ERR_MODEL);
+        assert!(error.contains("'Det' is not in this build"), "{error}");
+    }
+    assert_eq!(release_ferrolite(), FERROLITE_OK);
+}

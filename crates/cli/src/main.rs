@@ -201,6 +201,10 @@ enum Command {
         /// NAME=DIMS for the FLOPs estimate (symbolic dims default to 1).
         #[arg(long = "shape", value_name = "NAME=DIMS")]
         shape: Vec<String>,
+        /// Print only the op kinds an optimized model needs, one per line: the list that
+        /// FERROLITE_OPS takes to tailor a light build to it (docs/format.md).
+        #[arg(long)]
+        ops: bool,
     },
     /// Print the graph as text or Graphviz DOT.
     Dump {
@@ -388,9 +392,14 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             model,
             params,
             shape,
+            ops,
         } => {
             let session = open_session(&model, params.as_deref(), SessionOptions::default())?;
-            report::info(&session, &shape)?;
+            if ops {
+                report::op_tags(&session)?;
+            } else {
+                report::info(&session, &shape)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Dump {

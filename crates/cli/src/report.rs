@@ -121,6 +121,28 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
+/// `info --ops`: the op kinds (codec tags) an optimized model's nodes need, one per line.
+pub fn op_tags(session: &Session) -> Result<()> {
+    let model = session.model();
+    if model.optimized.is_none() {
+        return Err(ferrolite::Error::InvalidModel(format!(
+            "--ops lists what an optimized model needs, and this is a {} model: write one with \
+             `ferrolite opt` first",
+            model.format
+        )));
+    }
+    let tags: std::collections::BTreeSet<&str> = model
+        .graph
+        .nodes
+        .iter()
+        .flat_map(|n| ferrolite::core::ops::codec::tags_of(n.op.as_ref()))
+        .collect();
+    for tag in tags {
+        println!("{tag}");
+    }
+    Ok(())
+}
+
 pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
     let model = session.model();
     println!("format   {} (producer '{}')", model.format, model.producer);

@@ -40,6 +40,28 @@ fn opt_writes_a_model_the_other_commands_take() {
     let info = ok(bin().arg("info").arg(&flm));
     assert!(info.contains("format   ferrolite"), "{info}");
     assert!(info.contains("prepacked weights"), "{info}");
+    // `info --ops`: the op tags the file needs (what FERROLITE_OPS takes), sorted, one a line.
+    let tags = ok(bin().arg("info").arg("--ops").arg(&flm));
+    let tags: Vec<&str> = tags.lines().collect();
+    for needed in ["Conv", "Softmax", "Reshape"] {
+        assert!(tags.contains(&needed), "{tags:?}");
+    }
+    assert!(tags.windows(2).all(|w| w[0] < w[1]), "{tags:?}");
+    let known = ferrolite::core::ops::codec::OP_TAGS;
+    assert!(tags.iter().all(|t| known.contains(t)), "{tags:?}");
+    // ... and only of an optimized model, which it says.
+    let out = bin()
+        .arg("info")
+        .arg("--ops")
+        .arg(case.join("model.onnx"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("write one with `ferrolite opt` first"),
+        "{said}"
+    );
     // The case's reference input is 1x3x48x192: `check` runs it through the optimized file.
     let checked = ok(bin().arg("check").arg(&case).arg("--model").arg(&flm));
     assert!(checked.contains("1 passed"), "{checked}");

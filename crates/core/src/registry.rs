@@ -10,6 +10,7 @@
 //! The registry is generic over the backend's context `C` (the CPU's ISA and GEMM, say) and
 //! over what an entry builds `K` (a [`Kernel`] for the CPU, a lowering for the GPU).
 
+use crate::ops::codec::{built, Tagged};
 use crate::ops::layout::{Nchwc, Nhwc};
 use crate::plan::{Kernel, KernelRequest};
 use crate::{DType, Op};
@@ -136,9 +137,13 @@ impl<C, K> Default for KernelRegistry<C, K> {
 }
 
 impl<C: 'static, K: 'static> KernelRegistry<C, K> {
-    /// Registers a kernel for op type `O` (`op` names it for listings).
+    /// Registers a kernel for op type `O` (`op` names it for listings). Nothing, in a build
+    /// tailored to other ops ([`crate::ops::codec::built`]): the kernel's code is left out.
+    // Inlined, so that in a tailored build the check below is known at the call site and the
+    // build function it would have kept is dropped with it.
     #[allow(clippy::too_many_arguments)]
-    pub fn add<O: Op + 'static>(
+    #[inline(always)]
+    pub fn add<O: Op + Tagged + 'static>(
         &mut self,
         name: &'static str,
         op: &'static str,
@@ -147,6 +152,9 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
         layout: Layout,
         build: Build<O, C, K>,
     ) -> &mut Self {
+        if !const { built(O::TAG) } {
+            return self;
+        }
         let erased: ErasedBuild<C, K> = Box::new(move |op: &dyn Any, r: &Request<C>| {
             // The one typed look-up: entries are filed under `O`'s TypeId, so this holds for
             // every op `select` hands them.

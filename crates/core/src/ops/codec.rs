@@ -8,8 +8,61 @@
 use crate::{Error, Op, Result};
 use std::sync::Arc;
 
+/// An op type's tag: the name it is stored under, and the name a tailored build lists.
+pub trait Tagged {
+    const TAG: &'static str;
+}
+
+/// The op tags a tailored build keeps: the `FERROLITE_OPS` environment variable at compile time,
+/// a list separated by commas, spaces or newlines (`ferrolite info --ops` prints it for given
+/// optimized models). Unset, every op is built. An op left out has neither its reference
+/// implementation nor its kernels in the binary, and an optimized model that needs it is refused
+/// by name (docs/format.md, The light build).
+pub const TAILORED_OPS: Option<&str> = option_env!("FERROLITE_OPS");
+
+/// Whether this build holds op `tag`. A `const fn`, so that `if !built(..)` removes the code of
+/// the ops left out at compile time.
+pub const fn built(tag: &str) -> bool {
+    match TAILORED_OPS {
+        None => true,
+        Some(list) => list_has(list.as_bytes(), tag.as_bytes()),
+    }
+}
+
+/// Whether `list` (items separated by commas or whitespace) holds the item `item`.
+const fn list_has(list: &[u8], item: &[u8]) -> bool {
+    let mut start = 0;
+    while start < list.len() {
+        let mut end = start;
+        while end < list.len() && !is_separator(list[end]) {
+            end += 1;
+        }
+        if end > start && end - start == item.len() {
+            let mut i = 0;
+            while i < item.len() && list[start + i] == item[i] {
+                i += 1;
+            }
+            if i == item.len() {
+                return true;
+            }
+        }
+        start = end + 1;
+    }
+    false
+}
+
+const fn is_separator(b: u8) -> bool {
+    matches!(b, b',' | b' ' | b'\n' | b'\t' | b'\r')
+}
+
 macro_rules! ops {
     ($($tag:ident: $ty:path,)*) => {
+        $(
+            impl Tagged for $ty {
+                const TAG: &'static str = stringify!($tag);
+            }
+        )*
+
         /// The op's tag and its attributes as bytes, or an error naming an op that cannot be
         /// written (a device subgraph, say).
         pub fn encode_op(op: &dyn Op) -> Result<(&'static str, Vec<u8>)> {
@@ -35,16 +88,39 @@ macro_rules! ops {
             };
             match tag {
                 $(
-                    stringify!($tag) => Ok(Arc::new(
+                    stringify!($tag) if const { built(stringify!($tag)) } => Ok(Arc::new(
                         postcard::from_bytes::<$ty>(bytes).map_err(bad)?,
                     )),
                 )*
+                _ if OP_TAGS.contains(&tag) => Err(Error::InvalidModel(format!(
+                    "op kind '{tag}' is not in this build of ferrolite, which was tailored to \
+                     the ops FERROLITE_OPS listed"
+                ))),
                 _ => Err(Error::InvalidModel(format!("unknown op kind '{tag}'"))),
             }
         }
 
-        /// Every tag [`decode_op`] knows.
+        /// Every op tag there is, built into this binary or not.
         pub const OP_TAGS: &[&str] = &[$(stringify!($tag)),*];
+
+        /// The tags of `op`, and of the op it wraps where it is a layout wrapper: what a
+        /// tailored build must hold to run it.
+        pub fn tags_of(op: &dyn Op) -> Vec<&'static str> {
+            let any = op.as_any();
+            let inner = if let Some(w) = any.downcast_ref::<crate::ops::layout::Nchwc>() {
+                tags_of(w.inner.as_ref())
+            } else if let Some(w) = any.downcast_ref::<crate::ops::layout::Nhwc>() {
+                tags_of(w.inner.as_ref())
+            } else {
+                Vec::new()
+            };
+            let own = $(
+                if any.is::<$ty>() {
+                    Some(stringify!($tag))
+                } else
+            )* { None };
+            own.into_iter().chain(inner).collect()
+        }
     };
 }
 
@@ -196,5 +272,41 @@ pub mod table256 {
             .try_into()
             .map_err(|v: Vec<u8>| serde::de::Error::invalid_length(v.len(), &"256 bytes"))?;
         Ok(Arc::new(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tailored_list_is_read_by_whole_names() {
+        let list = b"Conv, Binary\nPool\tSoftmax,,";
+        for tag in ["Conv", "Binary", "Pool", "Softmax"] {
+            assert!(list_has(list, tag.as_bytes()), "{tag}");
+        }
+        for tag in ["Con", "Convv", "Bin", "", "oftmax", "Reduce"] {
+            assert!(!list_has(list, tag.as_bytes()), "{tag}");
+        }
+        assert!(!list_has(b"", b"Conv"));
+    }
+
+    #[test]
+    fn every_op_type_has_its_tag_and_the_tags_are_distinct() {
+        let mut seen = std::collections::BTreeSet::new();
+        assert!(OP_TAGS.iter().all(|t| seen.insert(*t)));
+        assert_eq!(<crate::ops::linalg::conv::Conv as Tagged>::TAG, "Conv");
+    }
+
+    #[test]
+    fn the_tags_of_a_layout_wrapper_include_the_op_it_wraps() {
+        use crate::ops::layout::Nchwc;
+        let conv = crate::ops::linalg::conv::Conv::default();
+        let w = Nchwc {
+            inner: Arc::new(conv.clone()),
+            blocked_input: false,
+        };
+        assert_eq!(tags_of(&conv), ["Conv"]);
+        assert_eq!(tags_of(&w), ["Nchwc", "Conv"]);
     }
 }

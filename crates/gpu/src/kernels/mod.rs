@@ -24,6 +24,7 @@ mod pool;
 mod reduce;
 mod resize;
 
+use ferrolite_core::ops::codec::Tagged;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 pub(crate) use ferrolite_core::ops::util::strides;
 use ferrolite_core::plan::KernelRequest;
@@ -152,7 +153,7 @@ pub(crate) type Registry = KernelRegistry<Limits, Lowered>;
 
 /// Registers the lowering of op type `O` (`op` names it in listings). Every GPU entry takes any
 /// dtypes, as [`lower`] checks them for all kernels alike, and reads the plain layout.
-pub(crate) fn add<O: Op + 'static>(
+pub(crate) fn add<O: Op + Tagged + 'static>(
     reg: &mut Registry,
     name: &'static str,
     op: &'static str,
