@@ -53,7 +53,14 @@ fn check_isa(
     tol: f32,
 ) {
     let (kernel, outputs) = kernel_for(&cpu, &op, inputs, constant);
-    assert!(kernel.name().starts_with("cpu."), "{}", kernel.name());
+    // An empty data input or output is the reference's (`kernel_for` checks that).
+    let empty = outputs.iter().any(|o| o.numel() == 0)
+        || inputs[0].as_ref().is_some_and(|x| x.numel() == 0);
+    assert!(
+        empty || kernel.name().starts_with("cpu."),
+        "{}",
+        kernel.name()
+    );
     let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let expected = op.eval(&refs).unwrap();
     let shapes: Vec<_> = inputs

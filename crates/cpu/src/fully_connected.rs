@@ -222,7 +222,10 @@ mod tests {
                         ];
                         let op = Arc::new(FullyConnected { activation: act });
                         let name = check(op.clone(), &ins, &[false, true, true]);
-                        assert_eq!(name, "cpu.fully_connected");
+                        // An empty input is the reference's.
+                        if !x.contains(&0) {
+                            assert_eq!(name, "cpu.fully_connected");
+                        }
                         check(op, &ins, &[false, false, false]);
                     }
                 }

@@ -3,12 +3,13 @@
 
 use crate::CpuBackend;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
-use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest};
+use ferrolite_core::plan::{Kernel, KernelProvider, KernelRequest, ReferenceKernel};
 use ferrolite_core::{InferCtx, InferInput, Node, Op, Tensor, TensorInfo, ValueId};
 use std::sync::Arc;
 
 /// The kernel `provider` offers for `op` on `inputs` (passed as constants, like weights, where
-/// `constant[i]`), with the op's inferred output types. Panics when none is offered.
+/// `constant[i]`), with the op's inferred output types. Panics when none is offered, except
+/// where the data input or an output is empty: there the reference, and none may be offered.
 pub(crate) fn kernel_for(
     provider: &CpuBackend,
     op: &Arc<dyn Op>,
@@ -44,10 +45,16 @@ pub(crate) fn kernel_for(
         inputs: &infer_inputs,
         outputs: &outputs,
     };
-    let kernel = provider
-        .kernel(&req)
-        .unwrap()
-        .unwrap_or_else(|| panic!("no kernel for {op:?}"));
+    let offered = provider.kernel(&req).unwrap();
+    // No kernel takes an empty data input or output (the registry leaves them to the
+    // reference): check that, and answer with the reference as a plan would.
+    let empty = |shape: &[usize]| shape.contains(&0);
+    let data = inputs.first().and_then(Option::as_ref);
+    if data.is_some_and(|x| empty(x.shape())) || outputs.iter().any(|o| empty(&o.shape)) {
+        assert!(offered.is_none(), "a kernel took an empty tensor: {op:?}");
+        return (Box::new(ReferenceKernel(op.clone())), outputs);
+    }
+    let kernel = offered.unwrap_or_else(|| panic!("no kernel for {op:?}"));
     (kernel, outputs)
 }
 
