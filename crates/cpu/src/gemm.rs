@@ -90,7 +90,7 @@ impl PackedMatrix {
             rows,
             cols,
             side: Side::A,
-            data: Packed::from_vec(vec![0.0; rows.div_ceil(MR) * MR * cols]),
+            data: Packed::zeros(rows.div_ceil(MR) * MR * cols),
         }
     }
 
