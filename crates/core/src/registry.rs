@@ -64,9 +64,10 @@ pub struct Request<'r, 'a, C> {
 }
 
 /// Why no kernel takes the node, when its data input (input 0) or an output holds no values.
-/// Kernels cut their data into rows, planes and chunks, and an empty one has nothing to cut
+/// CPU kernels cut their data into rows, planes and chunks, and an empty one has nothing to cut
 /// (a chunk size of 0 panics); the reference implementation handles empty tensors, at no cost.
-fn empty_data(req: &KernelRequest) -> Option<&'static str> {
+/// Devices that compile whole subgraphs handle them themselves and select as usual.
+pub fn empty_data(req: &KernelRequest) -> Option<&'static str> {
     let empty = |shape: &[usize]| shape.contains(&0);
     let input = req.inputs.first().and_then(Option::as_ref);
     (input.is_some_and(|x| empty(x.shape)) || req.outputs.iter().any(|o| empty(&o.shape)))
@@ -189,6 +190,17 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
     /// The kernel for a node: the first entry of its op type and layout, by priority, whose
     /// constraints hold and whose builder accepts the node.
     pub fn select(&self, req: &KernelRequest, cx: &C) -> Selection<K> {
+        self.select_unless(req, cx, None)
+    }
+
+    /// [`KernelRegistry::select`], but none for a node whose data input or an output is empty
+    /// (see [`empty_data`]): the CPU's choice, whose kernels cut their data into chunks.
+    pub fn select_nonempty(&self, req: &KernelRequest, cx: &C) -> Selection<K> {
+        self.select_unless(req, cx, empty_data(req))
+    }
+
+    /// Selects, or lists every entry as rejected for `declined`.
+    fn select_unless(&self, req: &KernelRequest, cx: &C, declined: Option<&str>) -> Selection<K> {
         let op = req.node.op.as_ref();
         let any = op.as_any();
         let (inner, layout, nchwc): (&dyn Op, Layout, Option<&Nchwc>) =
@@ -207,9 +219,8 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
             return selection;
         };
         let r = Request { req, cx, nchwc };
-        let empty = empty_data(req);
         for e in entries {
-            let verdict = if let Some(why) = empty {
+            let verdict = if let Some(why) = declined {
                 Verdict::Rejected(why.into())
             } else if selection.kernel.is_some() {
                 Verdict::NotTried
@@ -298,7 +309,7 @@ mod tests {
             inputs: &inputs,
             outputs: &outputs,
         };
-        r.select(&req, &())
+        r.select_nonempty(&req, &())
     }
 
     fn reference(u: &Unary, _: &Request<()>) -> Result<Box<dyn Kernel>, String> {

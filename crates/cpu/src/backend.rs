@@ -99,7 +99,7 @@ impl KernelProvider for CpuBackend {
     }
 
     fn select(&self, req: &KernelRequest) -> Result<Selection<Box<dyn Kernel>>> {
-        Ok(registry().select(req, &self.cx))
+        Ok(registry().select_nonempty(req, &self.cx))
     }
 }
 
