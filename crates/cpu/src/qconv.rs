@@ -114,7 +114,7 @@ thread_local! {
     /// The im2col buffers and packed activations of [`QConvKernel::run_gemm`], reused by
     /// every layer of this thread.
     #[allow(clippy::type_complexity)]
-    static IM2COL_SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>, (Vec<u8>, Vec<i16>))> =
+    static IM2COL_SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>, (crate::qgemm::LineBytes, Vec<i16>))> =
         Default::default();
 }
 

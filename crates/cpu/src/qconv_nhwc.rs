@@ -89,7 +89,7 @@ pub struct QConvNhwcKernel {
 
 thread_local! {
     /// The packed patch rows of [`QConvNhwcKernel::run_gemm`], reused by every layer.
-    static ROWS_SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<i16>)> = Default::default();
+    static ROWS_SCRATCH: std::cell::RefCell<(crate::qgemm::LineBytes, Vec<i16>)> = Default::default();
 }
 
 /// Output pixels per GEMM task: whole row blocks, at least this many multiply-adds.

@@ -24,7 +24,10 @@
 //! used by the zero-point corrections are over the real `k` only.
 
 #[cfg(target_arch = "x86_64")]
+mod line_bytes;
 pub(crate) mod x86;
+
+pub use line_bytes::LineBytes;
 
 use crate::Isa;
 use ferrolite_core::prepacked;
@@ -209,7 +212,7 @@ pub struct Packed {
     k: usize,
     /// Rows (`Side::Rows`) or columns (`Side::Panels`).
     len: usize,
-    bytes: Vec<u8>,
+    bytes: LineBytes,
     pairs: Vec<i16>,
     /// Sum over `k` of each row or column, as stored.
     pub sums: Vec<i32>,
@@ -229,9 +232,7 @@ pub struct Source<'a> {
 impl Packed {
     /// Bytes of the packed operand and its sums.
     pub fn bytes(&self) -> usize {
-        size_of_val(self.bytes.as_slice())
-            + size_of_val(self.pairs.as_slice())
-            + size_of_val(self.sums.as_slice())
+        self.bytes.len() + size_of_val(self.pairs.as_slice()) + size_of_val(self.sums.as_slice())
     }
 
     /// Packs `len` rows or columns of depth `k` from `src`.
@@ -260,9 +261,9 @@ impl Packed {
         // AMX rows: each row's (padded) k bytes in a line.
         let linear = side == Side::Rows && path.linear_rows();
         let mut sums = vec![0i32; len];
-        let (mut bytes, mut pairs) = (Vec::new(), Vec::new());
+        let (mut bytes, mut pairs) = (LineBytes::default(), Vec::new());
         match path.group() {
-            Group::Quad => bytes.resize(total, 0u8),
+            Group::Quad => bytes.resize_zeroed(total),
             Group::Pair => pairs.resize(total, 0i16),
         }
         let read = |b: u8| -> i32 {
@@ -389,7 +390,7 @@ impl Packed {
                 .cloned()
         };
         let bytes = prepacked::take(&desc, n_bytes, || {
-            made().map(|p| p.bytes).unwrap_or_default()
+            made().map(|p| p.bytes.to_vec()).unwrap_or_default()
         });
         let pairs = prepacked::take(&desc, n_pairs, || {
             made().map(|p| p.pairs).unwrap_or_default()
@@ -404,7 +405,7 @@ impl Packed {
                 signed: src.signed,
                 k,
                 len,
-                bytes: bytes.into_vec(),
+                bytes: LineBytes::from_slice(&bytes),
                 pairs: pairs.into_vec(),
                 sums: sums.into_vec(),
             }),
@@ -426,7 +427,7 @@ impl Packed {
         ld: usize,
         flip: u8,
         sums: bool,
-        reuse: (Vec<u8>, Vec<i16>),
+        reuse: (LineBytes, Vec<i16>),
     ) -> OpResult<Packed> {
         op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
         op_ensure!(
@@ -442,7 +443,7 @@ impl Packed {
             Group::Quad => {
                 // Every quad is written below, the padding of k (AMX) as zeros.
                 let kq = path.quads(k);
-                bytes.resize(panels * kq * nr * 4, 0u8);
+                bytes.resize_zeroed(panels * kq * nr * 4);
                 pairs.clear();
                 let pad = vec![flip; n];
                 // One panel per task: its kq quads are contiguous.
@@ -542,7 +543,7 @@ impl Packed {
         len: usize,
         flip: u8,
         sums: bool,
-        reuse: (Vec<u8>, Vec<i16>),
+        reuse: (LineBytes, Vec<i16>),
         mut line: impl FnMut(usize, &mut [u8]),
     ) -> OpResult<Packed> {
         op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
@@ -556,7 +557,7 @@ impl Packed {
                 let line_len = path.quads(k) * 4;
                 // Lanes past `len` in the last block and the padding of k are zero.
                 bytes.clear();
-                bytes.resize(blocks * mr * line_len, 0);
+                bytes.resize_zeroed(blocks * mr * line_len);
                 pairs.clear();
                 for (i, sum) in row_sums.iter_mut().enumerate() {
                     let dst = &mut bytes[i * line_len..][..k];
@@ -573,7 +574,7 @@ impl Packed {
                 let kq = k.div_ceil(4);
                 // Lanes past `len` in the last block and the padding of k are zero.
                 bytes.clear();
-                bytes.resize(blocks * kq * mr * 4, 0);
+                bytes.resize_zeroed(blocks * kq * mr * 4);
                 pairs.clear();
                 let flip4 = u32::from_ne_bytes([flip; 4]);
                 for (i, sum) in row_sums.iter_mut().enumerate() {
@@ -626,7 +627,7 @@ impl Packed {
     }
 
     /// The packed storage, for [`Packed::activation_panels`] to reuse.
-    pub fn into_storage(self) -> (Vec<u8>, Vec<i16>) {
+    pub fn into_storage(self) -> (LineBytes, Vec<i16>) {
         (self.bytes, self.pairs)
     }
 
