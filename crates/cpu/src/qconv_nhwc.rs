@@ -41,7 +41,8 @@ enum Strategy {
     /// sums may start from the bias and stay exact.
     Depthwise {
         weights: Vec<i32>,
-        weights_f32: Vec<f32>,
+        /// On 64-byte lines, as the band's pixels are (see `depthwise_band`).
+        weights_f32: ferrolite_core::prepacked::Packed<f32>,
         bias_in_sum: bool,
     },
 }
@@ -260,7 +261,7 @@ impl QConvNhwcKernel {
                 .iter()
                 .all(|&b| b.unsigned_abs() as u64 + bound < 1 << 24);
             Strategy::Depthwise {
-                weights_f32,
+                weights_f32: ferrolite_core::prepacked::Packed::from_vec(weights_f32),
                 weights: wt,
                 bias_in_sum,
             }
@@ -850,7 +851,15 @@ mod avx512 {
         let row_len = width * 16;
         BAND.with_borrow_mut(|buf| {
             // Every element is written below: zeros for the padding, the input for the rest.
-            buf.resize(band_h * row_len, 0.0);
+            // The band starts on a 64-byte line (up to 15 values in), so that every pixel's
+            // sixteen channels are one line: a `Vec` may start anywhere on one, and loads
+            // spanning two lines cost this kernel about a third of its time.
+            let len = band_h * row_len;
+            if buf.len() < len + 15 {
+                buf.resize(len + 15, 0.0);
+            }
+            let skip = buf.as_ptr().align_offset(64).min(15);
+            let buf = &mut buf[skip..skip + len];
             let zero = _mm512_set1_epi32(k.x.zero[0]);
             let (lo, hi) = range(k.y.signed);
             let narrow = Narrow::new(k.y.zero[0], lo, hi);
@@ -861,10 +870,7 @@ mod avx512 {
                 let mask: __mmask16 = ((1u32 << n) - 1) as u16;
                 // The band's rows for these sixteen channels, contiguous: the output rows'
                 // sliding window of `kh` input rows stays in L1 as the rows go down.
-                for (r, dst) in buf[..band_h * row_len]
-                    .chunks_exact_mut(row_len)
-                    .enumerate()
-                {
+                for (r, dst) in buf.chunks_exact_mut(row_len).enumerate() {
                     let iy = top + r as isize;
                     if iy < 0 || iy >= ih as isize {
                         dst.fill(0.0);
@@ -1028,7 +1034,7 @@ impl Kernel for QConvNhwcKernel {
                 weights,
                 weights_f32,
                 bias_in_sum,
-            } => self.run_depthwise(weights, (weights_f32, *bias_in_sum), xb, yb),
+            } => self.run_depthwise(weights, (&weights_f32[..], *bias_in_sum), xb, yb),
         }
     }
 
@@ -1058,7 +1064,7 @@ impl Kernel for QConvNhwcKernel {
                 weights,
                 weights_f32,
                 ..
-            } => size_of_val(weights.as_slice()) + size_of_val(weights_f32.as_slice()),
+            } => size_of_val(weights.as_slice()) + weights_f32.bytes(),
         };
         weights + size_of_val(self.mult.as_slice()) + size_of_val(self.bias.as_slice())
     }
