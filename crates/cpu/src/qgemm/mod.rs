@@ -23,8 +23,8 @@
 //! The padding of `k` to the group size is zero on both sides, so it adds nothing; the sums
 //! used by the zero-point corrections are over the real `k` only.
 
-#[cfg(target_arch = "x86_64")]
 mod line_bytes;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
 pub use line_bytes::LineBytes;
