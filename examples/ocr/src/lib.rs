@@ -62,13 +62,23 @@ pub struct OcrModels {
 }
 
 impl OcrModels {
-    /// The layout of the repository's `models/` folder: `ppocrv4_det/model.onnx`,
-    /// `ppocr_cls/model.onnx`, `ppocrv4_rec/model.onnx`.
+    /// The layout of the repository's `models/` folder: `ppocrv4_det/`, `ppocr_cls/` and
+    /// `ppocrv4_rec/`, each holding `model.flm` (ferrolite's optimized format, written by
+    /// `ferrolite opt`) or `model.onnx`. The optimized file is taken where both are there: it
+    /// loads without decoding protobuf and maps its weights instead of copying them.
     pub fn in_dir(dir: &Path) -> OcrModels {
+        let pick = |name: &str| {
+            let optimized = dir.join(name).join("model.flm");
+            if optimized.is_file() {
+                optimized
+            } else {
+                dir.join(name).join("model.onnx")
+            }
+        };
         OcrModels {
-            detector: dir.join("ppocrv4_det/model.onnx"),
-            classifier: dir.join("ppocr_cls/model.onnx"),
-            recognizer: dir.join("ppocrv4_rec/model.onnx"),
+            detector: pick("ppocrv4_det"),
+            classifier: pick("ppocr_cls"),
+            recognizer: pick("ppocrv4_rec"),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The pipeline on the three images of `$FERROLITE_MODELS/ocr` (default `../shared/models`)
 //! against RapidOCR's reads of them: at least 95% of the characters in order, and every box
-//! corner within 4 pixels. The models are the repository's own (`models/`).
+//! corner within 4 pixels. The models are the repository's own (`models/`), in ferrolite's
+//! optimized format; the test below keeps them equal to what `ferrolite opt` writes from the
+//! zoo's ONNX files.
 
 use ferrolite_ocr::raster::Image;
 use ferrolite_ocr::{Ocr, OcrModels, OcrOptions, Reading};
@@ -11,11 +13,14 @@ fn repo_models() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models")
 }
 
-fn shared_ocr() -> Option<PathBuf> {
-    let dir = std::env::var_os("FERROLITE_MODELS")
+fn shared_models() -> PathBuf {
+    std::env::var_os("FERROLITE_MODELS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models"))
-        .join("ocr");
+}
+
+fn shared_ocr() -> Option<PathBuf> {
+    let dir = shared_models().join("ocr");
     if dir.join("receipt.json").exists() {
         Some(dir)
     } else {
@@ -238,4 +243,54 @@ fn tiny_blank_and_wide_images_read_without_error() {
     }
     let empty = Image::new(0, 0, 3);
     assert!(ocr.read(&empty).unwrap().lines.is_empty());
+}
+
+#[test]
+fn the_shipped_models_are_the_optimized_files_opt_writes_from_the_onnx_ones() {
+    let shipped = OcrModels::in_dir(&repo_models());
+    for path in [&shipped.detector, &shipped.classifier, &shipped.recognizer] {
+        assert_eq!(path.extension().unwrap(), "flm", "{}", path.display());
+    }
+    let cases = shared_models().join("cases");
+    let onnx = OcrModels {
+        detector: cases.join("ppocrv4_det/model.onnx"),
+        classifier: repo_models().join("ppocr_cls/model.onnx"),
+        recognizer: cases.join("ppocrv4_rec/model.onnx"),
+    };
+    if !onnx.detector.exists() || !onnx.recognizer.exists() {
+        eprintln!(
+            "SKIPPED: the zoo's PP-OCR ONNX models are not at {} (set FERROLITE_MODELS)",
+            cases.display()
+        );
+        return;
+    }
+    for (source, optimized) in [
+        (&onnx.detector, &shipped.detector),
+        (&onnx.classifier, &shipped.classifier),
+        (&onnx.recognizer, &shipped.recognizer),
+    ] {
+        let written = ferrolite::Session::from_path(source, ferrolite::SessionOptions::default())
+            .unwrap()
+            .optimized_model_bytes(None)
+            .unwrap();
+        let committed = std::fs::read(optimized).unwrap();
+        assert!(
+            written == committed,
+            "{} is not what `ferrolite opt {}` writes now: run scripts/ocr-models",
+            optimized.display(),
+            source.display()
+        );
+    }
+    // And the pipeline reads the same from either form.
+    let image = Image::read(&repo_models().join("ocr/receipt.png")).unwrap();
+    let from_onnx = Ocr::new(&onnx, &OcrOptions::default())
+        .unwrap()
+        .read(&image)
+        .unwrap();
+    let from_flm = Ocr::new(&shipped, &OcrOptions::default())
+        .unwrap()
+        .read(&image)
+        .unwrap();
+    assert!(!from_flm.lines.is_empty());
+    assert_eq!(from_onnx.lines, from_flm.lines);
 }
