@@ -167,6 +167,7 @@ ops! {
     Det: crate::ops::misc::det::Det,
     NonMaxSuppression: crate::ops::misc::nms::NonMaxSuppression,
     ReverseSequence: crate::ops::misc::reverse_sequence::ReverseSequence,
+    TfIdfVectorizer: crate::ops::misc::tfidf::TfIdfVectorizer,
     Unique: crate::ops::misc::unique::Unique,
     CumSum: crate::ops::nn::cumsum::CumSum,
     BatchNorm: crate::ops::nn::norm::BatchNorm,

@@ -2,7 +2,11 @@
 
 use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::misc::{
-    det::Det, nms::NonMaxSuppression, reverse_sequence::ReverseSequence, unique::Unique,
+    det::Det,
+    nms::NonMaxSuppression,
+    reverse_sequence::ReverseSequence,
+    tfidf::{TfIdfMode, TfIdfVectorizer},
+    unique::Unique,
 };
 use ferrolite_core::ops::seq::dft::{Dft, Stft};
 use ferrolite_core::ops::seq::rnn::{Activation, Direction, Gru, Lstm, RecurrentAttrs, Rnn};
@@ -17,6 +21,7 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("Unique", unique),
     ("Det", det),
     ("ReverseSequence", reverse_sequence),
+    ("TfIdfVectorizer", tfidf_vectorizer),
     ("DFT", dft),
     ("STFT", stft),
     ("HannWindow", hann_window),
@@ -119,6 +124,46 @@ fn unique(n: &NodeCtx) -> MapResult {
 
 fn det(_: &NodeCtx) -> MapResult {
     op(Det)
+}
+
+fn tfidf_vectorizer(n: &NodeCtx) -> MapResult {
+    if n.strings("pool_strings")?.is_some_and(|s| !s.is_empty()) {
+        return Err(n.unsupported("a pool of strings (string tensors are not supported)"));
+    }
+    let count = |name: &str| -> Result<usize, MapError> {
+        usize::try_from(n.int(name, -1)?)
+            .map_err(|_| MapError::Invalid(format!("{name} must be given and not negative")))
+    };
+    let list = |name: &str| -> Result<Vec<usize>, MapError> {
+        n.ints(name)?
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| {
+                usize::try_from(v)
+                    .map_err(|_| MapError::Invalid(format!("{name} holds the negative {v}")))
+            })
+            .collect()
+    };
+    let mode = match n.string("mode", "")?.as_str() {
+        "TF" => TfIdfMode::Tf,
+        "IDF" => TfIdfMode::Idf,
+        "TFIDF" => TfIdfMode::TfIdf,
+        m => {
+            return Err(MapError::Invalid(format!(
+                "mode must be TF, IDF or TFIDF, got '{m}'"
+            )))
+        }
+    };
+    op(TfIdfVectorizer {
+        min_gram_length: count("min_gram_length")?,
+        max_gram_length: count("max_gram_length")?,
+        max_skip_count: count("max_skip_count")?,
+        mode,
+        ngram_counts: list("ngram_counts")?,
+        ngram_indexes: list("ngram_indexes")?,
+        pool: n.ints("pool_int64s")?.unwrap_or_default(),
+        weights: n.floats("weights")?.unwrap_or_default(),
+    })
 }
 
 fn reverse_sequence(n: &NodeCtx) -> MapResult {

@@ -3,4 +3,5 @@
 pub mod det;
 pub mod nms;
 pub mod reverse_sequence;
+pub mod tfidf;
 pub mod unique;
