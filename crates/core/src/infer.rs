@@ -172,7 +172,7 @@ pub fn infer_graph_folding(
             .value_inputs
             .iter()
             .any(|&k| matches!(infer_inputs.get(k), Some(Some(x)) if x.value.is_none()));
-        if unknown || value_missing {
+        if unknown || value_missing || node.op.shapes_known_by_running() {
             dynamic.insert(node.name.clone());
             continue;
         }

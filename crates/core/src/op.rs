@@ -211,6 +211,14 @@ pub trait Op: Debug + Send + Sync + Any {
         None
     }
 
+    /// Whether the output types are known only by running the op (If, Loop and Scan: they
+    /// depend on the condition, the iteration count and what a subgraph computes). Such nodes
+    /// are always dynamic steps, typed by the tensors they produce; [`Op::infer`] is not
+    /// called for them.
+    fn shapes_known_by_running(&self) -> bool {
+        false
+    }
+
     /// Whether the op can be evaluated at prerun when all its inputs are constant. False for
     /// ops whose result must not be frozen into the plan (random generators).
     fn is_foldable(&self) -> bool {

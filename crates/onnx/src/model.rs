@@ -10,10 +10,12 @@ use crate::proto::{
     ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto,
 };
 use crate::tensor::{decode, dtype_of, encode};
+use ferrolite_core::ops::control::{if_op::If, loop_op::Loop, scan::Scan, Subgraph};
 use ferrolite_core::{DeclaredType, Dim, Error, Graph, Result, Tensor, UnsupportedOp, ValueId};
 use prost::Message;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 /// Protobuf cannot encode a message of 2 GiB or more; bigger files are not ONNX models (weights
 /// that large live in external data files).
@@ -158,6 +160,8 @@ pub fn convert_model(mut proto: ModelProto, model_dir: Option<&Path>) -> Result<
         ms_opset,
         functions,
         unsupported: Vec::new(),
+        outer_names: HashSet::new(),
+        captured: Vec::new(),
     };
     b.build(&g, initializers)?;
     Ok(PartialModel {
@@ -182,6 +186,11 @@ struct Builder<'a> {
     ms_opset: i64,
     functions: HashSet<(&'a str, &'a str)>,
     unsupported: Vec<UnsupportedOp>,
+    /// For a subgraph: the names the graphs around it define, which it may read.
+    outer_names: HashSet<String>,
+    /// For a subgraph: the outer names it reads, in first-read order, with their values here
+    /// (they become its trailing inputs).
+    captured: Vec<(String, ValueId)>,
 }
 
 fn is_default_domain(d: &str) -> bool {
@@ -210,6 +219,49 @@ impl<'a> Builder<'a> {
         let id = self.graph.add_value(name);
         self.names.insert(name.to_string(), id);
         Ok(id)
+    }
+
+    /// The value a name refers to: this graph's own, or (in a subgraph) an outer graph's,
+    /// which is then captured as an input of this one.
+    fn resolve(&mut self, name: &str) -> Option<ValueId> {
+        if let Some(&id) = self.names.get(name) {
+            return Some(id);
+        }
+        if !self.outer_names.contains(name) {
+            return None;
+        }
+        let id = self.graph.add_value(name);
+        self.names.insert(name.to_string(), id);
+        self.captured.push((name.to_string(), id));
+        Some(id)
+    }
+
+    /// Builds a graph attribute as a closed graph: its formal inputs, then the outer values it
+    /// reads (the names returned, to be read here as extra inputs of the node).
+    fn subgraph(&mut self, g: &GraphProto, what: &str) -> Result<(Graph, usize, Vec<String>)> {
+        let mut outer_names = self.outer_names.clone();
+        outer_names.extend(self.names.keys().cloned());
+        let mut b = Builder {
+            graph: Graph::new(),
+            names: HashMap::new(),
+            model_dir: self.model_dir,
+            opset: self.opset,
+            ms_opset: self.ms_opset,
+            functions: self.functions.clone(),
+            unsupported: Vec::new(),
+            outer_names,
+            captured: Vec::new(),
+        };
+        b.build(g, g.initializer.clone())
+            .map_err(|e| Error::InvalidModel(format!("{what}: {e}")))?;
+        self.unsupported.append(&mut b.unsupported);
+        let formal = b.graph.inputs.len();
+        let mut names = Vec::with_capacity(b.captured.len());
+        for (name, id) in b.captured {
+            b.graph.inputs.push(id);
+            names.push(name);
+        }
+        Ok((b.graph, formal, names))
     }
 
     fn build(&mut self, g: &GraphProto, initializers: Vec<TensorProto>) -> Result<()> {
@@ -277,7 +329,7 @@ impl<'a> Builder<'a> {
         }
 
         for vi in &g.output {
-            let id = *self.names.get(&vi.name).ok_or_else(|| {
+            let id = self.resolve(&vi.name).ok_or_else(|| {
                 Error::InvalidModel(format!(
                     "graph output '{}' is not a graph input, an initializer, or a node's output",
                     vi.name
@@ -327,7 +379,7 @@ impl<'a> Builder<'a> {
                 inputs.push(None);
                 continue;
             }
-            let id = *self.names.get(input).ok_or_else(|| {
+            let id = self.resolve(input).ok_or_else(|| {
                 Error::InvalidModel(format!(
                     "node '{name}' ({}) reads '{input}' as input {k}, but no graph input, initializer or node output has that name",
                     n.op_type
@@ -349,6 +401,25 @@ impl<'a> Builder<'a> {
             let v = self.graph.value_mut(outs[0]);
             v.info = Some(ferrolite_core::TensorInfo::of(&t));
             v.constant = Some(t);
+            return Ok(());
+        }
+
+        if default_domain && matches!(n.op_type.as_str(), "If" | "Loop" | "Scan") {
+            let (op, captured) = self.control_flow(n, &name)?;
+            match n.op_type.as_str() {
+                // M and cond keep their slots when absent.
+                "Loop" => inputs.resize(inputs.len().max(2), None),
+                // From opset 9 on, Scan has no sequence lengths; the op keeps the slot.
+                "Scan" if self.opset >= 9 => inputs.insert(0, None),
+                _ => {}
+            }
+            for c in captured {
+                let id = self.resolve(&c).ok_or_else(|| {
+                    Error::InvalidModel(format!("node '{name}': '{c}' is not defined"))
+                })?;
+                inputs.push(Some(id));
+            }
+            self.graph.add_node(name, op, inputs, outs)?;
             return Ok(());
         }
 
@@ -394,6 +465,112 @@ impl<'a> Builder<'a> {
             ))),
         }
     }
+}
+
+impl Builder<'_> {
+    /// If, Loop or Scan with its subgraphs, and the outer names they read.
+    fn control_flow(
+        &mut self,
+        n: &NodeProto,
+        name: &str,
+    ) -> Result<(Arc<dyn ferrolite_core::Op>, Vec<String>)> {
+        let bad =
+            |msg: String| Error::InvalidModel(format!("node '{name}' ({}): {msg}", n.op_type));
+        let attr = |key: &str| n.attribute.iter().find(|a| a.name == key);
+        let graph = |key: &str| {
+            attr(key)
+                .and_then(|a| a.g.as_deref())
+                .ok_or_else(|| bad(format!("needs the graph attribute '{key}'")))
+        };
+        let ints = |key: &str| attr(key).map(|a| a.ints.clone()).unwrap_or_default();
+        match n.op_type.as_str() {
+            "If" => {
+                let (then_g, then_formal, then_names) =
+                    self.subgraph(graph("then_branch")?, &format!("node '{name}' then_branch"))?;
+                let (else_g, else_formal, else_names) =
+                    self.subgraph(graph("else_branch")?, &format!("node '{name}' else_branch"))?;
+                if then_formal + else_formal != 0 {
+                    return Err(bad("the branches must take no inputs".into()));
+                }
+                if then_g.outputs.len() != else_g.outputs.len() {
+                    return Err(bad(format!(
+                        "the branches give {} and {} outputs",
+                        then_g.outputs.len(),
+                        else_g.outputs.len()
+                    )));
+                }
+                let mut all = then_names.clone();
+                for c in &else_names {
+                    if !all.contains(c) {
+                        all.push(c.clone());
+                    }
+                }
+                let op = If {
+                    then_branch: Subgraph::new(reorder_captured(then_g, 0, &then_names, &all), 0),
+                    else_branch: Subgraph::new(reorder_captured(else_g, 0, &else_names, &all), 0),
+                };
+                Ok((Arc::new(op), all))
+            }
+            "Loop" => {
+                let (body, formal, names) =
+                    self.subgraph(graph("body")?, &format!("node '{name}' body"))?;
+                if formal < 2 {
+                    return Err(bad(format!(
+                        "the body must take the iteration number and the condition, takes {formal} inputs"
+                    )));
+                }
+                Ok((Arc::new(Loop::new(Subgraph::new(body, formal))), names))
+            }
+            _ => {
+                let (body, formal, names) =
+                    self.subgraph(graph("body")?, &format!("node '{name}' body"))?;
+                let num_scan_inputs = attr("num_scan_inputs")
+                    .map(|a| a.i)
+                    .filter(|&m| m >= 1 && m as usize <= formal)
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "needs num_scan_inputs between 1 and the body's {formal} inputs"
+                        ))
+                    })? as usize;
+                let batched = self.opset < 9;
+                let op = Scan {
+                    body: Subgraph::new(body, formal),
+                    num_scan_inputs,
+                    input_directions: if batched {
+                        ints("directions")
+                    } else {
+                        ints("scan_input_directions")
+                    },
+                    input_axes: ints("scan_input_axes"),
+                    output_directions: ints("scan_output_directions"),
+                    output_axes: ints("scan_output_axes"),
+                    batched,
+                };
+                Ok((Arc::new(op), names))
+            }
+        }
+    }
+}
+
+/// A subgraph whose trailing inputs (after `formal`) are the values captured under `names`,
+/// rewritten to take `all` captured values in that order (the ones it does not read are
+/// unused inputs): both branches of an If take the same inputs.
+fn reorder_captured(mut g: Graph, formal: usize, names: &[String], all: &[String]) -> Graph {
+    let had: HashMap<&str, ValueId> = names
+        .iter()
+        .map(String::as_str)
+        .zip(g.inputs[formal..].iter().copied())
+        .collect();
+    let mut inputs = g.inputs[..formal].to_vec();
+    for name in all {
+        let id = match had.get(name.as_str()) {
+            Some(&id) => id,
+            None => g.add_value(name.clone()),
+        };
+        inputs.push(id);
+    }
+    g.inputs = inputs;
+    g
 }
 
 /// Length of a name list without its trailing empty names (skipped optional trailing inputs

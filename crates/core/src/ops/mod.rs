@@ -3,6 +3,7 @@
 //! implementation and tests. Frontends map their ops onto these; kernels implement them.
 
 pub mod codec;
+pub mod control;
 pub mod device;
 pub mod elementwise;
 pub mod extra;
