@@ -17,11 +17,18 @@ use crate::{
 /// hanging.
 pub const MAX_ITERATIONS: i64 = 1 << 20;
 
+/// The most bytes a Loop's carried and scanned values may hold together: a body that doubles
+/// a carried value every iteration ends with an error before it exhausts memory.
+pub const MAX_BYTES: usize = 1 << 30;
+
 #[derive(Clone, Debug)]
 pub struct Loop {
     pub body: Subgraph,
     /// More iterations than this is an error ([`MAX_ITERATIONS`] unless set).
     pub max_iterations: i64,
+    /// More bytes of carried and scanned values than this is an error ([`MAX_BYTES`] unless
+    /// set).
+    pub max_bytes: usize,
 }
 
 impl Loop {
@@ -29,6 +36,7 @@ impl Loop {
         Loop {
             body,
             max_iterations: MAX_ITERATIONS,
+            max_bytes: MAX_BYTES,
         }
     }
 
@@ -100,6 +108,7 @@ impl Op for Loop {
         let scan_outputs = self.body.outputs() - 1 - n;
         let mut scanned: Vec<Vec<Tensor>> = vec![Vec::new(); scan_outputs];
         let mut i: i64 = 0;
+        let mut held = 0usize;
         while keep_going && trip.is_none_or(|m| i < m) {
             op_ensure!(
                 i < self.max_iterations,
@@ -119,8 +128,15 @@ impl Op for Loop {
             let scans = outs.split_off(1 + n);
             carried = outs.split_off(1);
             for (list, t) in scanned.iter_mut().zip(scans) {
+                held += t.byte_len();
                 list.push(t);
             }
+            let carried_bytes: usize = carried.iter().map(Tensor::byte_len).sum();
+            op_ensure!(
+                held.saturating_add(carried_bytes) <= self.max_bytes,
+                "after iteration {i}, the carried and scanned values hold more than {} bytes",
+                self.max_bytes
+            );
             i += 1;
         }
         let mut results = carried;
@@ -175,6 +191,7 @@ mod tests {
         Loop {
             body: Subgraph::new(g, 3),
             max_iterations: 1000,
+            max_bytes: MAX_BYTES,
         }
     }
 
@@ -214,6 +231,28 @@ mod tests {
             .eval(&[None, None, Some(&zero), Some(&step)])
             .unwrap_err();
         assert!(e.0.contains("iterations"), "{e}");
+        // A body that doubles its carried value fails on the byte limit, not on memory.
+        let mut g = Graph::new();
+        let (i, cond, s, cond_out, next) = (
+            g.add_value("i"),
+            g.add_value("cond"),
+            g.add_value("s"),
+            g.add_value("cond_out"),
+            g.add_value("next"),
+        );
+        g.inputs = vec![i, cond, s];
+        g.add_node("keep", Arc::new(Identity), vec![Some(cond)], vec![cond_out])
+            .unwrap();
+        let concat = Arc::new(crate::ops::shape::concat::Concat { axis: 0 });
+        g.add_node("double", concat, vec![Some(s), Some(s)], vec![next])
+            .unwrap();
+        g.outputs = vec![cond_out, next];
+        let doubling = Loop {
+            max_bytes: 1 << 20,
+            ..Loop::new(Subgraph::new(g, 3))
+        };
+        let e = doubling.eval(&[None, None, Some(&zero)]).unwrap_err();
+        assert!(e.0.contains("bytes"), "{e}");
         // Missing captured value.
         let m = Tensor::scalar(1i64);
         assert!(op.eval(&[Some(&m), None, Some(&zero)]).is_err());
