@@ -8,9 +8,7 @@
 
 use super::{stack_along, truth, Subgraph};
 use crate::op::{optional, output, variadic, Prototype};
-use crate::{
-    op_bail, op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo,
-};
+use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// The most iterations one Loop node runs by default: a loop without a trip count whose
 /// condition never turns false (a hostile or broken model) ends with an error instead of
@@ -143,15 +141,7 @@ impl Op for Loop {
         for (k, list) in scanned.iter().enumerate() {
             results.push(if list.is_empty() {
                 // No iteration: an empty tensor of the type the body declares, if any.
-                let out = self.body.graph.outputs[1 + n + k];
-                let dtype = self
-                    .body
-                    .graph
-                    .value(out)
-                    .declared
-                    .as_ref()
-                    .map_or(DType::F32, |d| d.dtype);
-                Tensor::zeros(dtype, &[0])?
+                self.body.empty_output(1 + n + k)?
             } else {
                 stack_along(list, 0)?
             });

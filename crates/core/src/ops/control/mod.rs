@@ -52,6 +52,18 @@ impl Subgraph {
         self.graph.outputs.len()
     }
 
+    /// An empty tensor (shape `[0]`) of the type the graph declares for output `k` (f32 when it
+    /// declares none): a scan output after no iteration.
+    pub fn empty_output(&self, k: usize) -> OpResult<Tensor> {
+        let dtype = self
+            .graph
+            .outputs
+            .get(k)
+            .and_then(|&o| self.graph.value(o).declared.as_ref())
+            .map_or(DType::F32, |d| d.dtype);
+        Ok(Tensor::zeros(dtype, &[0])?)
+    }
+
     /// Runs the graph on its inputs (formal, then captured) with the reference kernels,
     /// planning it for these input types unless a plan for them is kept.
     pub fn run(&self, inputs: &[&Tensor]) -> OpResult<Vec<Tensor>> {

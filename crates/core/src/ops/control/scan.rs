@@ -9,9 +9,7 @@
 
 use super::{stack_along, take_along, Subgraph};
 use crate::op::{normalize_axis, optional, output, variadic, Prototype};
-use crate::{
-    op_bail, op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo,
-};
+use crate::{op_bail, op_common, op_ensure, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 #[derive(Clone, Debug)]
 pub struct Scan {
@@ -112,15 +110,7 @@ impl Scan {
         let mut results = states;
         for (i, mut list) in scanned.into_iter().enumerate() {
             if list.is_empty() {
-                let out = self.body.graph.outputs[n + i];
-                let dtype = self
-                    .body
-                    .graph
-                    .value(out)
-                    .declared
-                    .as_ref()
-                    .map_or(DType::F32, |d| d.dtype);
-                results.push(Tensor::zeros(dtype, &[0])?);
+                results.push(self.body.empty_output(n + i)?);
                 continue;
             }
             if Self::setting(&self.output_directions, i, "scan_output_directions")? == 1 {
