@@ -116,6 +116,14 @@ fn mod_(n: &NodeCtx) -> MapResult {
     binary(n, BinaryKind::Mod { fmod })
 }
 fn prelu(n: &NodeCtx) -> MapResult {
+    // Before opset 7 the slope held one value per channel (or one for all): it lines up with
+    // the input's axis 1 rather than broadcasting from the last axis.
+    if n.opset < 7 {
+        return op(Binary {
+            kind: BinaryKind::PRelu,
+            legacy_axis: Some(1),
+        });
+    }
     binary(n, BinaryKind::PRelu)
 }
 fn bitwise_and(n: &NodeCtx) -> MapResult {
