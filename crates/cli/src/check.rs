@@ -1,6 +1,6 @@
 //! `check`: run ONNX backend-test style cases and compare with their reference outputs.
 
-use ferrolite::{Error, Result, Session, SessionOptions, Tensor};
+use ferrolite::{DType, Error, Result, Session, SessionOptions, Tensor};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,6 +38,9 @@ pub fn compare(actual: &Tensor, expected: &Tensor, atol: f64, rtol: f64) -> Comp
             note: format!("dtype {}, expected {}", actual.dtype(), expected.dtype()),
         };
     }
+    if !actual.dtype().is_bytes() {
+        return compare_values(actual, expected, atol, rtol);
+    }
     let (a, e) = (actual.to_f64_vec(), expected.to_f64_vec());
     let mut max_abs = 0.0f64;
     let mut max_rel = 0.0f64;
@@ -67,6 +70,57 @@ pub fn compare(actual: &Tensor, expected: &Tensor, atol: f64, rtol: f64) -> Comp
         } else {
             String::new()
         },
+    }
+}
+
+/// Strings compare exactly; sequences item by item; optionals by presence, then content.
+fn compare_values(actual: &Tensor, expected: &Tensor, atol: f64, rtol: f64) -> Comparison {
+    let exact = |passed: bool, note: String| Comparison {
+        max_abs: if passed { 0.0 } else { f64::NAN },
+        max_rel: if passed { 0.0 } else { f64::NAN },
+        passed,
+        note,
+    };
+    if let (Ok(a), Ok(e)) = (actual.strings(), expected.strings()) {
+        let bad = a.iter().zip(e).filter(|(x, y)| x != y).count();
+        let note = match a.iter().zip(e).find(|(x, y)| x != y) {
+            Some((x, y)) => {
+                format!(
+                    "{bad} of {} strings differ (first: {x:?}, expected {y:?})",
+                    a.len()
+                )
+            }
+            None => String::new(),
+        };
+        return exact(bad == 0, note);
+    }
+    if let (Ok(a), Ok(e)) = (actual.sequence(), expected.sequence()) {
+        if a.len() != e.len() {
+            return exact(false, format!("{} items, expected {}", a.len(), e.len()));
+        }
+        let mut worst = exact(true, String::new());
+        for (k, (x, y)) in a.iter().zip(e).enumerate() {
+            let c = compare(x, y, atol, rtol);
+            worst.max_abs = worst.max_abs.max(c.max_abs);
+            worst.max_rel = worst.max_rel.max(c.max_rel);
+            if !c.passed && worst.passed {
+                worst.passed = false;
+                worst.note = format!("item {k}: {}", c.note);
+            }
+        }
+        return worst;
+    }
+    match (actual.optional(), expected.optional()) {
+        (Ok(Some(a)), Ok(Some(e))) => compare(a, e, atol, rtol),
+        (Ok(None), Ok(None)) => exact(true, String::new()),
+        (Ok(a), Ok(_)) => exact(
+            false,
+            format!(
+                "{}, expected the other",
+                if a.is_some() { "a value" } else { "empty" }
+            ),
+        ),
+        _ => exact(false, format!("cannot compare {} values", actual.dtype())),
     }
 }
 
@@ -137,7 +191,9 @@ fn run_case(
     for set in &sets {
         let mut inputs: Vec<(String, Tensor)> = Vec::new();
         for (k, file) in numbered(set, "input")?.into_iter().enumerate() {
-            let (name, t) = ferrolite::onnx::model::read_tensor_file(&file)?;
+            // Sequences and optionals are stored as their own messages: read by declared kind.
+            let kind = session.inputs().get(k).map_or(DType::F32, |i| i.dtype);
+            let (name, t) = ferrolite::onnx::model::read_value_file(&file, kind)?;
             let name = if session.inputs().iter().any(|i| i.name == name) {
                 name
             } else {
@@ -169,7 +225,8 @@ fn run_case(
             )));
         }
         for (k, file) in expected_files.iter().enumerate() {
-            let (pb_name, expected) = ferrolite::onnx::model::read_tensor_file(file)?;
+            let kind = session.outputs().get(k).map_or(DType::F32, |o| o.dtype);
+            let (pb_name, expected) = ferrolite::onnx::model::read_value_file(file, kind)?;
             // Match by name when the reference names an output, else by position.
             let (name, actual) = match outputs.get(&pb_name) {
                 Some(t) => (pb_name.clone(), t),

@@ -31,10 +31,18 @@ pub enum DType {
     F4E2M1,
     I4,
     U4,
+    /// UTF-8 strings (not byte-addressable: a string tensor's elements are Rust `String`s).
+    String,
+    /// A sequence of tensors, held as one value of shape `[]` (not byte-addressable).
+    Sequence,
+    /// An optional: a tensor or sequence, or nothing; one value of shape `[]` (not
+    /// byte-addressable).
+    Optional,
 }
 
 impl DType {
-    /// Every dtype, in declaration order.
+    /// Every element type stored as bytes, in declaration order (not [`DType::String`],
+    /// [`DType::Sequence`] or [`DType::Optional`]).
     pub const ALL: [DType; 21] = [
         DType::F32,
         DType::F64,
@@ -75,7 +83,14 @@ impl DType {
             | DType::F4E2M1
             | DType::I4
             | DType::U4 => 1,
+            // Not bytes: kernels and byte views see nothing of these.
+            DType::String | DType::Sequence | DType::Optional => 0,
         }
+    }
+
+    /// Whether elements are stored as bytes (every type but strings, sequences and optionals).
+    pub fn is_bytes(self) -> bool {
+        self.size() > 0
     }
 
     pub fn name(self) -> &'static str {
@@ -101,12 +116,18 @@ impl DType {
             DType::F4E2M1 => "f4e2m1",
             DType::I4 => "i4",
             DType::U4 => "u4",
+            DType::String => "string",
+            DType::Sequence => "sequence",
+            DType::Optional => "optional",
         }
     }
 
     /// Parses the names printed by [`DType::name`].
     pub fn from_name(name: &str) -> Option<DType> {
-        DType::ALL.into_iter().find(|d| d.name() == name)
+        DType::ALL
+            .into_iter()
+            .chain([DType::String, DType::Sequence, DType::Optional])
+            .find(|d| d.name() == name)
     }
 
     pub fn is_float(self) -> bool {
@@ -186,6 +207,12 @@ impl DTypeSet {
     /// Index tensors: i32 or i64.
     pub const INDEX: DTypeSet = DTypeSet(DType::I32.bit() | DType::I64.bit());
     pub const I64: DTypeSet = DTypeSet(DType::I64.bit());
+    pub const STRING: DTypeSet = DTypeSet(DType::String.bit());
+    pub const SEQUENCE: DTypeSet = DTypeSet(DType::Sequence.bit());
+    pub const OPTIONAL: DTypeSet = DTypeSet(DType::Optional.bit());
+    /// Every value a graph can hold: tensors of any element type, sequences, optionals.
+    pub const VALUE: DTypeSet =
+        DTypeSet(Self::ANY.0 | Self::STRING.0 | Self::SEQUENCE.0 | Self::OPTIONAL.0);
 
     pub const fn of(d: DType) -> DTypeSet {
         DTypeSet(d.bit())
@@ -204,6 +231,7 @@ impl fmt::Debug for DTypeSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = DType::ALL
             .iter()
+            .chain(&[DType::String, DType::Sequence, DType::Optional])
             .filter(|d| self.contains(**d))
             .map(|d| d.name())
             .collect();
@@ -437,6 +465,12 @@ macro_rules! dispatch_all {
             }
             $crate::DType::U4 => {
                 type $T = $crate::lowp::U4;
+                $body
+            }
+            // Not bytes: `as_slice::<u8>()` on these is an error, which the body reports (no
+            // op whose prototype takes them only by bytes gets them).
+            $crate::DType::String | $crate::DType::Sequence | $crate::DType::Optional => {
+                type $T = u8;
                 $body
             }
         }

@@ -401,9 +401,13 @@ impl Plan {
                     outputs: &outputs,
                 };
                 crate::prepacked::set_node(&node.name);
+                // Strings, sequences and optionals are not bytes: only reference
+                // implementations handle them.
+                let bytes_only = infer_inputs.iter().flatten().all(|x| x.dtype.is_bytes())
+                    && outputs.iter().all(|o| o.dtype.is_bytes());
                 let picked = match provider {
-                    Some(p) => p.select(&req)?,
-                    None => Selection {
+                    Some(p) if bytes_only => p.select(&req)?,
+                    _ => Selection {
                         kernel: None,
                         considered: Vec::new(),
                     },

@@ -39,7 +39,7 @@ impl SharedBytes for Vec<u8> {
 }
 
 /// A tensor's memory: its own blocks, or a 64-byte-aligned range of shared bytes (read only:
-/// writing copies it first).
+/// writing copies it first). Strings, sequences and optionals hold Rust values instead.
 #[derive(Clone)]
 enum Data {
     Owned(Vec<Block>),
@@ -47,14 +47,19 @@ enum Data {
         owner: Arc<dyn SharedBytes>,
         offset: usize,
     },
+    Strings(Vec<String>),
+    Sequence(Vec<Tensor>),
+    Optional(Option<Tensor>),
 }
 
 impl Data {
-    /// The bytes from the tensor's start (possibly more than it holds).
+    /// The bytes from the tensor's start (possibly more than it holds; none for the values
+    /// that are not bytes).
     fn raw(&self) -> &[u8] {
         match self {
             Data::Owned(blocks) => bytemuck::cast_slice(blocks),
             Data::Shared { owner, offset } => &owner.bytes()[*offset..],
+            Data::Strings(_) | Data::Sequence(_) | Data::Optional(_) => &[],
         }
     }
 }
@@ -132,6 +137,22 @@ impl Tensor {
     /// A tensor of zeros (false for bool).
     pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor> {
         let numel = checked_numel(shape)?;
+        if !dtype.is_bytes() {
+            // Empty strings; an empty sequence; an empty optional.
+            let data = match dtype {
+                DType::String => {
+                    check_limit(numel.saturating_mul(std::mem::size_of::<String>()))?;
+                    Data::Strings(vec![String::new(); numel])
+                }
+                DType::Sequence => Data::Sequence(Vec::new()),
+                _ => Data::Optional(None),
+            };
+            return Ok(Tensor {
+                dtype,
+                shape: shape.to_vec(),
+                data: Arc::new(data),
+            });
+        }
         let bytes = numel
             .checked_mul(dtype.size())
             .ok_or_else(|| Error::Tensor(format!("shape {shape:?} is too large")))?;
@@ -146,7 +167,7 @@ impl Tensor {
     /// are: stale data, not zeros), grown when it is too small, or newly allocated (zeroed)
     /// without one.
     pub fn with_storage(dtype: DType, shape: &[usize], storage: Option<Storage>) -> Result<Tensor> {
-        let Some(Storage(mut blocks)) = storage else {
+        let Some(Storage(mut blocks)) = storage.filter(|_| dtype.is_bytes()) else {
             return Tensor::zeros(dtype, shape);
         };
         let bytes = checked_numel(shape)?
@@ -176,12 +197,17 @@ impl Tensor {
     pub fn into_storage(self) -> Option<Storage> {
         match Arc::try_unwrap(self.data).ok()? {
             Data::Owned(blocks) => Some(Storage(blocks)),
-            Data::Shared { .. } => None,
+            _ => None,
         }
     }
 
     /// A tensor from raw little-endian bytes. Bool bytes are normalised to 0/1.
     pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        if !dtype.is_bytes() {
+            return Err(Error::Tensor(format!(
+                "a {dtype} tensor cannot be made of bytes"
+            )));
+        }
         let mut t = Tensor::zeros(dtype, shape)?;
         if bytes.len() != t.byte_len() {
             return Err(Error::Tensor(format!(
@@ -265,6 +291,17 @@ impl Tensor {
         self.numel() * self.dtype.size()
     }
 
+    /// The bytes of data the value holds: [`Tensor::byte_len`] for tensors of bytes, the
+    /// characters of strings, and what a sequence's or optional's tensors hold.
+    pub fn held_bytes(&self) -> usize {
+        match &*self.data {
+            Data::Strings(v) => v.iter().map(String::len).sum(),
+            Data::Sequence(v) => v.iter().map(Tensor::held_bytes).sum(),
+            Data::Optional(v) => v.as_ref().map_or(0, Tensor::held_bytes),
+            _ => self.byte_len(),
+        }
+    }
+
     /// Whether two tensors share the same data buffer.
     pub fn shares_data_with(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.data, &other.data)
@@ -275,6 +312,9 @@ impl Tensor {
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        if !self.dtype.is_bytes() {
+            return &mut [];
+        }
         let len = self.byte_len();
         &mut bytemuck::cast_slice_mut::<Block, u8>(self.owned_blocks())[..len]
     }
@@ -289,9 +329,14 @@ impl Tensor {
                 .copy_from_slice(&bytes[..len]);
             self.data = Arc::new(Data::Owned(blocks));
         }
-        match Arc::make_mut(&mut self.data) {
+        let data = Arc::make_mut(&mut self.data);
+        if !matches!(data, Data::Owned(_)) {
+            // Values that are not bytes have no blocks (callers check the dtype first).
+            *data = Data::Owned(Vec::new());
+        }
+        match data {
             Data::Owned(blocks) => blocks,
-            Data::Shared { .. } => unreachable!("shared data was copied above"),
+            _ => unreachable!("replaced above"),
         }
     }
 
@@ -322,6 +367,73 @@ impl Tensor {
             shape: shape.to_vec(),
             data: Arc::new(Data::Shared { owner, offset }),
         })
+    }
+
+    /// A string tensor.
+    pub fn from_strings(shape: &[usize], values: Vec<String>) -> Result<Tensor> {
+        if checked_numel(shape)? != values.len() {
+            return Err(Error::Tensor(format!(
+                "shape {shape:?} holds {} elements, got {} strings",
+                checked_numel(shape)?,
+                values.len()
+            )));
+        }
+        Ok(Tensor {
+            dtype: DType::String,
+            shape: shape.to_vec(),
+            data: Arc::new(Data::Strings(values)),
+        })
+    }
+
+    /// A string tensor's elements.
+    pub fn strings(&self) -> Result<&[String]> {
+        match &*self.data {
+            Data::Strings(v) => Ok(v),
+            _ => Err(Error::Tensor(format!(
+                "tensor is {}, read as strings",
+                self.dtype
+            ))),
+        }
+    }
+
+    /// A sequence of tensors (one value of shape `[]`).
+    pub fn from_sequence(items: Vec<Tensor>) -> Tensor {
+        Tensor {
+            dtype: DType::Sequence,
+            shape: Vec::new(),
+            data: Arc::new(Data::Sequence(items)),
+        }
+    }
+
+    /// A sequence's tensors.
+    pub fn sequence(&self) -> Result<&[Tensor]> {
+        match &*self.data {
+            Data::Sequence(v) => Ok(v),
+            _ => Err(Error::Tensor(format!(
+                "tensor is {}, read as a sequence",
+                self.dtype
+            ))),
+        }
+    }
+
+    /// An optional holding a tensor or a sequence, or nothing (one value of shape `[]`).
+    pub fn from_optional(value: Option<Tensor>) -> Tensor {
+        Tensor {
+            dtype: DType::Optional,
+            shape: Vec::new(),
+            data: Arc::new(Data::Optional(value)),
+        }
+    }
+
+    /// What an optional holds.
+    pub fn optional(&self) -> Result<Option<&Tensor>> {
+        match &*self.data {
+            Data::Optional(v) => Ok(v.as_ref()),
+            _ => Err(Error::Tensor(format!(
+                "tensor is {}, read as an optional",
+                self.dtype
+            ))),
+        }
     }
 
     /// Whether the tensor views shared bytes (a mapped file) rather than memory of its own.
@@ -432,7 +544,13 @@ fn cast_slice<S: Elem, D: Elem>(src: &[S], dst: &mut [D], from: DType, to: DType
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Tensor<{}>{:?}", self.dtype, self.shape)?;
-        if self.numel() <= 16 {
+        match &*self.data {
+            Data::Strings(v) if v.len() <= 16 => return write!(f, " {v:?}"),
+            Data::Sequence(v) => return write!(f, " {v:?}"),
+            Data::Optional(v) => return write!(f, " {v:?}"),
+            _ => {}
+        }
+        if self.dtype.is_bytes() && self.numel() <= 16 {
             let v = self.to_f64_vec();
             write!(f, " {v:?}")?;
         }
@@ -575,6 +693,42 @@ mod tests {
         assert!(t.as_slice::<f32>().is_err());
         assert!(Tensor::zeros(DType::F32, &[usize::MAX, 2]).is_err());
         assert!(Tensor::zeros(DType::F32, &[1 << 31]).is_err());
+    }
+
+    #[test]
+    fn strings_sequences_and_optionals_hold_values_not_bytes() {
+        let s = Tensor::from_strings(&[2], vec!["a".into(), "bé".into()]).unwrap();
+        assert_eq!(s.dtype(), DType::String);
+        assert_eq!(s.strings().unwrap(), ["a", "bé"]);
+        assert!(s.bytes().is_empty() && s.as_slice::<u8>().is_err() && s.cast(DType::F32).is_err());
+        assert!(Tensor::from_strings(&[3], vec!["a".into()]).is_err());
+        assert_eq!(
+            Tensor::zeros(DType::String, &[2, 2])
+                .unwrap()
+                .strings()
+                .unwrap(),
+            ["", "", "", ""]
+        );
+        assert!(Tensor::from_bytes(DType::String, &[0], &[]).is_err());
+        let seq = Tensor::from_sequence(vec![s.clone(), Tensor::scalar(1.0f32)]);
+        assert_eq!(seq.sequence().unwrap().len(), 2);
+        assert!(seq.strings().is_err());
+        let some = Tensor::from_optional(Some(seq.clone()));
+        assert_eq!(
+            some.optional().unwrap().unwrap().sequence().unwrap().len(),
+            2
+        );
+        assert!(Tensor::zeros(DType::Optional, &[])
+            .unwrap()
+            .optional()
+            .unwrap()
+            .is_none());
+        // Byte access to them is empty, never a panic.
+        let mut m = s.clone();
+        assert!(m.bytes_mut().is_empty());
+        assert!(m.as_mut_slice::<u8>().is_err());
+        assert_eq!(m.strings().unwrap(), ["a", "bé"]);
+        assert!(format!("{seq:?}").contains("bé"));
     }
 
     #[test]

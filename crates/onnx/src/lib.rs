@@ -10,5 +10,5 @@ pub mod tensor;
 
 pub use model::{
     decode_tensor_bytes, load_model, load_model_file, load_model_partial, read_tensor_file,
-    write_tensor_file, OnnxModel, PartialModel,
+    read_value_file, write_tensor_file, OnnxModel, PartialModel,
 };

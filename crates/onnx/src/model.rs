@@ -6,12 +6,17 @@
 
 use crate::map::{self, MapError, NodeCtx};
 use crate::proto::{
-    attribute_type, tensor_shape_proto::dimension, type_proto, AttributeProto, GraphProto,
-    ModelProto, NodeProto, TensorProto, TypeProto, ValueInfoProto,
+    attribute_type, tensor_shape_proto::dimension, type_proto, value_kind, AttributeProto,
+    GraphProto, ModelProto, NodeProto, OptionalProto, SequenceProto, TensorProto, TypeProto,
+    ValueInfoProto,
 };
 use crate::tensor::{decode, dtype_of, encode};
-use ferrolite_core::ops::control::{if_op::If, loop_op::Loop, scan::Scan, Subgraph};
-use ferrolite_core::{DeclaredType, Dim, Error, Graph, Result, Tensor, UnsupportedOp, ValueId};
+use ferrolite_core::ops::control::{
+    if_op::If, loop_op::Loop, scan::Scan, sequence_map::SequenceMap, Subgraph,
+};
+use ferrolite_core::{
+    DType, DeclaredType, Dim, Error, Graph, Result, Tensor, UnsupportedOp, ValueId,
+};
 use prost::Message;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -404,7 +409,7 @@ impl<'a> Builder<'a> {
             return Ok(());
         }
 
-        if default_domain && matches!(n.op_type.as_str(), "If" | "Loop" | "Scan") {
+        if default_domain && map::CONTROL_FLOW.contains(&n.op_type.as_str()) {
             let (op, captured) = self.control_flow(n, &name)?;
             match n.op_type.as_str() {
                 // M and cond keep their slots when absent.
@@ -520,6 +525,22 @@ impl Builder<'_> {
                     )));
                 }
                 Ok((Arc::new(Loop::new(Subgraph::new(body, formal))), names))
+            }
+            "SequenceMap" => {
+                let (body, formal, names) =
+                    self.subgraph(graph("body")?, &format!("node '{name}' body"))?;
+                let given = trimmed_len(&n.input);
+                if formal != given || formal == 0 {
+                    return Err(bad(format!(
+                        "the body takes {formal} inputs, the node gives {given}"
+                    )));
+                }
+                Ok((
+                    Arc::new(SequenceMap {
+                        body: Subgraph::new(body, formal),
+                    }),
+                    names,
+                ))
             }
             _ => {
                 let (body, formal, names) =
@@ -637,13 +658,21 @@ fn declared_type(t: Option<&TypeProto>) -> std::result::Result<Option<DeclaredTy
     let tt = match &t.value {
         None => return Ok(None),
         Some(type_proto::Value::TensorType(tt)) => tt,
+        // The element type of a sequence or optional is checked where it is used (the ops
+        // that take items out are typed by running them).
         Some(type_proto::Value::SequenceType(_)) => {
-            return Err("sequence types are not supported".into())
+            return Ok(Some(DeclaredType {
+                dtype: DType::Sequence,
+                shape: Some(Vec::new()),
+            }))
+        }
+        Some(type_proto::Value::OptionalType(_)) => {
+            return Ok(Some(DeclaredType {
+                dtype: DType::Optional,
+                shape: Some(Vec::new()),
+            }))
         }
         Some(type_proto::Value::MapType(_)) => return Err("map types are not supported".into()),
-        Some(type_proto::Value::OptionalType(_)) => {
-            return Err("optional types are not supported".into())
-        }
         Some(type_proto::Value::SparseTensorType(_)) => {
             return Err("sparse tensor types are not supported".into())
         }
@@ -685,6 +714,94 @@ pub fn decode_tensor_bytes(bytes: &[u8], dir: Option<&Path>) -> Result<(String, 
         .map_err(|e| Error::InvalidModel(format!("not a serialized TensorProto: {e}")))?;
     let tensor = decode(&t, dir)?;
     Ok((t.name, tensor))
+}
+
+/// Reads an ONNX test-data `.pb` file holding a value of the given kind: a serialized
+/// SequenceProto for [`DType::Sequence`], an OptionalProto for [`DType::Optional`], else a
+/// TensorProto. Returns its name and value.
+pub fn read_value_file(path: &Path, kind: DType) -> Result<(String, Tensor)> {
+    let bytes = read_file(path)?;
+    let dir = Some(model_dir_of(path));
+    let in_file = |e: Error| match e {
+        Error::InvalidModel(m) => Error::InvalidModel(format!("{}: {m}", path.display())),
+        e => e,
+    };
+    let not = |what: &str, e: prost::DecodeError| {
+        Error::InvalidModel(format!("{}: not a serialized {what}: {e}", path.display()))
+    };
+    match kind {
+        DType::Sequence => {
+            let s = SequenceProto::decode(&bytes[..]).map_err(|e| not("SequenceProto", e))?;
+            Ok((s.name.clone(), decode_sequence(&s, dir).map_err(in_file)?))
+        }
+        DType::Optional => {
+            let o = OptionalProto::decode(&bytes[..]).map_err(|e| not("OptionalProto", e))?;
+            Ok((o.name.clone(), decode_optional(&o, dir).map_err(in_file)?))
+        }
+        _ => decode_tensor_bytes(&bytes, dir).map_err(in_file),
+    }
+}
+
+fn decode_sequence(s: &SequenceProto, dir: Option<&Path>) -> Result<Tensor> {
+    let items = match s.elem_type {
+        value_kind::TENSOR => s
+            .tensor_values
+            .iter()
+            .map(|t| decode(t, dir))
+            .collect::<Result<_>>()?,
+        value_kind::SEQUENCE => s
+            .sequence_values
+            .iter()
+            .map(|q| decode_sequence(q, dir))
+            .collect::<Result<_>>()?,
+        value_kind::OPTIONAL => s
+            .optional_values
+            .iter()
+            .map(|o| decode_optional(o, dir))
+            .collect::<Result<_>>()?,
+        // An empty sequence may leave its kind undefined.
+        value_kind::UNDEFINED
+            if s.tensor_values.is_empty()
+                && s.sequence_values.is_empty()
+                && s.optional_values.is_empty() =>
+        {
+            Vec::new()
+        }
+        k => {
+            return Err(Error::InvalidModel(format!(
+                "sequence '{}': element kind {k} is not supported (maps are not)",
+                s.name
+            )))
+        }
+    };
+    Ok(Tensor::from_sequence(items))
+}
+
+fn decode_optional(o: &OptionalProto, dir: Option<&Path>) -> Result<Tensor> {
+    let value = match (
+        o.elem_type,
+        &o.tensor_value,
+        &o.sequence_value,
+        &o.optional_value,
+    ) {
+        (value_kind::TENSOR, Some(t), _, _) => Some(decode(t, dir)?),
+        (value_kind::SEQUENCE, _, Some(q), _) => Some(decode_sequence(q, dir)?),
+        (value_kind::OPTIONAL, _, _, Some(p)) => Some(decode_optional(p, dir)?),
+        (
+            value_kind::UNDEFINED
+            | value_kind::TENSOR
+            | value_kind::SEQUENCE
+            | value_kind::OPTIONAL,
+            ..,
+        ) => None,
+        (k, ..) => {
+            return Err(Error::InvalidModel(format!(
+                "optional '{}': element kind {k} is not supported (maps are not)",
+                o.name
+            )))
+        }
+    };
+    Ok(Tensor::from_optional(value))
 }
 
 /// Writes a tensor as a serialized TensorProto (raw_data).
@@ -779,7 +896,35 @@ mod tests {
             Some(vec![])
         );
         let t = tensor_type(data_type::STRING, None);
-        assert!(declared_type(Some(&t)).unwrap_err().contains("STRING"));
+        assert_eq!(
+            declared_type(Some(&t)).unwrap().unwrap().dtype,
+            ferrolite_core::DType::String
+        );
+        let t = tensor_type(data_type::UNDEFINED, None);
+        assert!(declared_type(Some(&t)).unwrap_err().contains("UNDEFINED"));
+        let seq = TypeProto {
+            denotation: String::new(),
+            value: Some(type_proto::Value::SequenceType(Box::new(
+                type_proto::Sequence {
+                    elem_type: Some(Box::new(tensor_type(data_type::FLOAT, None))),
+                },
+            ))),
+        };
+        assert_eq!(
+            declared_type(Some(&seq)),
+            Ok(Some(DeclaredType {
+                dtype: ferrolite_core::DType::Sequence,
+                shape: Some(vec![]),
+            }))
+        );
+        let map = TypeProto {
+            denotation: String::new(),
+            value: Some(type_proto::Value::MapType(Box::new(type_proto::Map {
+                key_type: data_type::INT64,
+                value_type: None,
+            }))),
+        };
+        assert!(declared_type(Some(&map)).unwrap_err().contains("map"));
     }
 
     #[test]

@@ -67,7 +67,10 @@ fn descr_of(d: DType) -> Result<&'static str> {
         | DType::F8E8M0
         | DType::F4E2M1
         | DType::I4
-        | DType::U4 => return Err(bad(format!("{d} has no NumPy dtype"))),
+        | DType::U4
+        | DType::String
+        | DType::Sequence
+        | DType::Optional => return Err(bad(format!("{d} has no NumPy dtype"))),
     })
 }
 

@@ -376,3 +376,41 @@ pub struct FunctionProto {
     #[prost(string, tag = "13")]
     pub overload: String,
 }
+
+/// A sequence value in a test-data file (`onnx.SequenceProto`); maps are not read.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SequenceProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(int32, tag = "2")]
+    pub elem_type: i32,
+    #[prost(message, repeated, tag = "3")]
+    pub tensor_values: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "5")]
+    pub sequence_values: Vec<SequenceProto>,
+    #[prost(message, repeated, tag = "7")]
+    pub optional_values: Vec<OptionalProto>,
+}
+
+/// An optional value in a test-data file (`onnx.OptionalProto`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct OptionalProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(int32, tag = "2")]
+    pub elem_type: i32,
+    #[prost(message, optional, tag = "3")]
+    pub tensor_value: Option<TensorProto>,
+    #[prost(message, optional, boxed, tag = "5")]
+    pub sequence_value: Option<Box<SequenceProto>>,
+    #[prost(message, optional, boxed, tag = "7")]
+    pub optional_value: Option<Box<OptionalProto>>,
+}
+
+/// `SequenceProto.elem_type` and `OptionalProto.elem_type`.
+pub mod value_kind {
+    pub const UNDEFINED: i32 = 0;
+    pub const TENSOR: i32 = 1;
+    pub const SEQUENCE: i32 = 3;
+    pub const OPTIONAL: i32 = 5;
+}

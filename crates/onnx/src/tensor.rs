@@ -28,6 +28,7 @@ pub fn dtype_of(t: i32) -> Option<DType> {
         data_type::FLOAT4E2M1 => DType::F4E2M1,
         data_type::INT4 => DType::I4,
         data_type::UINT4 => DType::U4,
+        data_type::STRING => DType::String,
         _ => return None,
     })
 }
@@ -56,6 +57,9 @@ pub fn onnx_type_of(d: DType) -> i32 {
         DType::F4E2M1 => data_type::FLOAT4E2M1,
         DType::I4 => data_type::INT4,
         DType::U4 => data_type::UINT4,
+        DType::String => data_type::STRING,
+        // Not tensor element types: a TensorProto cannot hold them.
+        DType::Sequence | DType::Optional => data_type::UNDEFINED,
     }
 }
 
@@ -135,6 +139,24 @@ pub fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
         shape.push(d as usize);
     }
     let numel = checked_numel(&shape).map_err(|e| bad(t, e))?;
+    if dtype == DType::String {
+        if t.string_data.len() != numel {
+            return Err(bad(
+                t,
+                format!(
+                    "shape {shape:?} holds {numel} strings, the data has {}",
+                    t.string_data.len()
+                ),
+            ));
+        }
+        let strings = t
+            .string_data
+            .iter()
+            .map(|b| String::from_utf8(b.clone()))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| bad(t, "a string is not UTF-8"))?;
+        return Tensor::from_strings(&shape, strings).map_err(|e| bad(t, e));
+    }
     let nbytes = stored_len(dtype, numel).ok_or_else(|| bad(t, "too large"))?;
 
     if t.data_location == tensor_proto::DATA_LOCATION_EXTERNAL {
@@ -216,12 +238,24 @@ pub fn decode(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
             let v = Tensor::from_slice(&shape, &t.int32_data)?;
             v.cast(dtype)
         }
+        DType::String | DType::Sequence | DType::Optional => {
+            return Err(bad(t, format!("a TensorProto cannot hold a {dtype}")))
+        }
     };
     r.map_err(|e| bad(t, e))
 }
 
-/// Encodes a tensor as a TensorProto with raw_data.
+/// Encodes a tensor as a TensorProto with raw_data (strings in string_data).
 pub fn encode(name: &str, t: &Tensor) -> TensorProto {
+    if let Ok(strings) = t.strings() {
+        return TensorProto {
+            name: name.to_string(),
+            dims: t.shape().iter().map(|&d| d as i64).collect(),
+            data_type: data_type::STRING,
+            string_data: strings.iter().map(|s| s.as_bytes().to_vec()).collect(),
+            ..Default::default()
+        };
+    }
     TensorProto {
         name: name.to_string(),
         dims: t.shape().iter().map(|&d| d as i64).collect(),

@@ -3,6 +3,7 @@
 //! implementation and tests. Frontends map their ops onto these; kernels implement them.
 
 pub mod codec;
+pub mod containers;
 pub mod control;
 pub mod device;
 pub mod elementwise;
@@ -14,4 +15,5 @@ pub mod nn;
 pub mod quant;
 pub mod seq;
 pub mod shape;
+pub mod text;
 pub mod util;

@@ -322,7 +322,8 @@ fn cast(n: &NodeCtx) -> MapResult {
     } else {
         n.int_opt("to")?.unwrap_or_default() as i32
     };
-    match crate::tensor::dtype_of(t) {
+    // Casts to and from strings (number formatting and parsing) are not implemented.
+    match crate::tensor::dtype_of(t).filter(|d| d.is_bytes()) {
         Some(to) => {
             let (saturate, round_mode) = cast_options(n)?;
             op(Cast {

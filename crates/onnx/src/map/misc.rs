@@ -11,6 +11,11 @@ use ferrolite_core::ops::misc::{
 use ferrolite_core::ops::seq::dft::{Dft, Stft};
 use ferrolite_core::ops::seq::rnn::{Activation, Direction, Gru, Lstm, RecurrentAttrs, Rnn};
 use ferrolite_core::ops::seq::window::{MelWeightMatrix, Window, WindowKind};
+use ferrolite_core::ops::text::{
+    concat::StringConcat,
+    normalizer::{CaseChange, StringNormalizer},
+    split::StringSplit,
+};
 use ferrolite_core::DType;
 
 pub(super) const ENTRIES: &[(&str, MapFn)] = &[
@@ -22,6 +27,9 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("Det", det),
     ("ReverseSequence", reverse_sequence),
     ("TfIdfVectorizer", tfidf_vectorizer),
+    ("StringConcat", string_concat),
+    ("StringSplit", string_split),
+    ("StringNormalizer", string_normalizer),
     ("DFT", dft),
     ("STFT", stft),
     ("HannWindow", hann_window),
@@ -124,6 +132,42 @@ fn unique(n: &NodeCtx) -> MapResult {
 
 fn det(_: &NodeCtx) -> MapResult {
     op(Det)
+}
+
+fn string_concat(_: &NodeCtx) -> MapResult {
+    op(StringConcat)
+}
+
+fn string_split(n: &NodeCtx) -> MapResult {
+    let maxsplit =
+        match n.int_opt("maxsplit")? {
+            None => None,
+            Some(m) => Some(usize::try_from(m).map_err(|_| {
+                MapError::Invalid(format!("maxsplit must not be negative, got {m}"))
+            })?),
+        };
+    op(StringSplit {
+        delimiter: n.string("delimiter", "")?,
+        maxsplit,
+    })
+}
+
+fn string_normalizer(n: &NodeCtx) -> MapResult {
+    let case_change = match n.string("case_change_action", "NONE")?.as_str() {
+        "NONE" => CaseChange::None,
+        "LOWER" => CaseChange::Lower,
+        "UPPER" => CaseChange::Upper,
+        a => {
+            return Err(MapError::Invalid(format!(
+                "case_change_action must be NONE, LOWER or UPPER, got '{a}'"
+            )))
+        }
+    };
+    op(StringNormalizer {
+        case_change,
+        case_sensitive: n.int("is_case_sensitive", 0)? != 0,
+        stopwords: n.strings("stopwords")?.unwrap_or_default(),
+    })
 }
 
 fn tfidf_vectorizer(n: &NodeCtx) -> MapResult {

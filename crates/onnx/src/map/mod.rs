@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 pub use ferrolite_core::frontend::MapError;
 
+mod containers;
 mod contrib;
 mod elementwise;
 mod extra;
@@ -48,6 +49,7 @@ pub fn lookup_in(domain: &str, op_type: &str) -> Option<MapFn> {
 pub fn supported_ops() -> Vec<String> {
     let mut v: Vec<String> = frontend::op_types(TABLES)
         .into_iter()
+        .chain(CONTROL_FLOW.iter().copied())
         .map(String::from)
         .collect();
     v.extend(
@@ -58,9 +60,14 @@ pub fn supported_ops() -> Vec<String> {
     v
 }
 
+/// The ops with graph attributes, which the model builder maps itself (their subgraphs are
+/// built with the graph around them).
+pub const CONTROL_FLOW: &[&str] = &["If", "Loop", "Scan", "SequenceMap"];
+
 /// The one table, kept as one slice per op family so each family's entries sit next to their
 /// mapping functions.
 const TABLES: &[&[(&str, MapFn)]] = &[
+    containers::ENTRIES,
     elementwise::ENTRIES,
     extra::ENTRIES,
     linalg::ENTRIES,

@@ -268,7 +268,9 @@ fn eye_like(n: &NodeCtx) -> MapResult {
     let dtype = match n.int_opt("dtype")? {
         None => None,
         Some(t) => Some(
-            crate::tensor::dtype_of(t as i32).ok_or_else(|| n.unsupported(format!("dtype {t}")))?,
+            crate::tensor::dtype_of(t as i32)
+                .filter(|d| d.is_bytes())
+                .ok_or_else(|| n.unsupported(format!("dtype {t}")))?,
         ),
     };
     op(EyeLike {

@@ -19,7 +19,7 @@ impl Op for If {
         Prototype {
             inputs: &[
                 input("cond", DTypeSet::BOOL),
-                variadic("captured", DTypeSet::ANY, 0)
+                variadic("captured", DTypeSet::VALUE, 0)
             ],
             outputs: &[output("outputs")],
             value_inputs: &[],

@@ -52,7 +52,7 @@ impl Op for Loop {
             inputs: &[
                 optional("M", DTypeSet::I64),
                 optional("cond", DTypeSet::BOOL),
-                variadic("values", DTypeSet::ANY, 0)
+                variadic("values", DTypeSet::VALUE, 0)
             ],
             outputs: &[output("outputs")],
             value_inputs: &[],
@@ -126,10 +126,10 @@ impl Op for Loop {
             let scans = outs.split_off(1 + n);
             carried = outs.split_off(1);
             for (list, t) in scanned.iter_mut().zip(scans) {
-                held += t.byte_len();
+                held += t.held_bytes();
                 list.push(t);
             }
-            let carried_bytes: usize = carried.iter().map(Tensor::byte_len).sum();
+            let carried_bytes: usize = carried.iter().map(Tensor::held_bytes).sum();
             op_ensure!(
                 held.saturating_add(carried_bytes) <= self.max_bytes,
                 "after iteration {i}, the carried and scanned values hold more than {} bytes",

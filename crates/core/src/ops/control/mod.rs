@@ -1,4 +1,4 @@
-//! Control flow: If, Loop and Scan, whose attributes are graphs (subgraphs) run by the op.
+//! Control flow: If, Loop, Scan and SequenceMap, whose attributes are graphs (subgraphs) run by the op.
 //!
 //! A subgraph reads its formal inputs (a Loop body's iteration number, condition and carried
 //! values; a Scan body's states and slices) and may read values of the graphs around it. The
@@ -15,6 +15,7 @@
 pub mod if_op;
 pub mod loop_op;
 pub mod scan;
+pub mod sequence_map;
 
 use crate::infer::infer_graph;
 use crate::plan::Plan;

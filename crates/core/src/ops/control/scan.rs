@@ -132,7 +132,7 @@ impl Op for Scan {
         Prototype {
             inputs: &[
                 optional("sequence_lens", DTypeSet::I64),
-                variadic("values", DTypeSet::ANY, 0)
+                variadic("values", DTypeSet::VALUE, 0)
             ],
             outputs: &[output("outputs")],
             value_inputs: &[],

@@ -125,7 +125,7 @@ impl Op for Identity {
     op_common!(
         "Identity",
         Prototype {
-            inputs: &[input("input", DTypeSet::ANY)],
+            inputs: &[input("input", DTypeSet::VALUE)],
             outputs: &[output("output")],
             value_inputs: &[],
         }

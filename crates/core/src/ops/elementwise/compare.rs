@@ -43,7 +43,10 @@ pub struct Compare {
 }
 
 static P_EQUAL: Prototype = Prototype {
-    inputs: &[input("A", DTypeSet::ALL), input("B", DTypeSet::ALL)],
+    inputs: &[
+        input("A", DTypeSet::ALL.union(DTypeSet::STRING)),
+        input("B", DTypeSet::ALL.union(DTypeSet::STRING)),
+    ],
     outputs: &[output("C")],
     value_inputs: &[],
 };
@@ -79,6 +82,11 @@ impl Op for Compare {
         let a = required(inputs, 0)?;
         let b = required(inputs, 1)?;
         same_dtype(1, a.dtype(), b.dtype())?;
+        if a.dtype() == DType::String {
+            let (shape, equal) =
+                crate::ops::text::broadcast_strings(a, b, |x, y| u8::from(x == y))?;
+            return Ok(vec![Tensor::from_bytes(DType::Bool, &shape, &equal)?]);
+        }
         let kind = self.kind;
         let out = dispatch_all!(a.dtype(), T => {
             binary_map::<T, u8>(a, b, |x, y| kind.apply(x, y) as u8)?
@@ -127,5 +135,8 @@ mod tests {
         }
         .eval(&[Some(&a), Some(&p)])
         .is_err());
+        let s = Tensor::from_strings(&[3], vec!["a".into(), "b".into(), "é".into()]).unwrap();
+        let t = Tensor::from_strings(&[1], vec!["é".into()]).unwrap();
+        assert_eq!(cmp(CompareKind::Equal, &s, &t), vec![0, 0, 1]);
     }
 }
