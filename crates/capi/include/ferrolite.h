@@ -72,6 +72,12 @@ enum ferrolite_dtype
   FERROLITE_DT_FP4E2M1 = 18,
   FERROLITE_DT_INT4 = 19,
   FERROLITE_DT_UINT4 = 20,
+  // Values the C API names but does not exchange as bytes: a string tensor, a sequence of
+  // tensors, an optional. Reading or writing their data fails with
+  // `FERROLITE_ERR_INVALID_ARGUMENT`; use the Rust API for models with such inputs or outputs.
+  FERROLITE_DT_STRING = 21,
+  FERROLITE_DT_SEQUENCE = 22,
+  FERROLITE_DT_OPTIONAL = 23,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

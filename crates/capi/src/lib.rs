@@ -95,6 +95,12 @@ pub enum ferrolite_dtype {
     FERROLITE_DT_FP4E2M1 = 18,
     FERROLITE_DT_INT4 = 19,
     FERROLITE_DT_UINT4 = 20,
+    /// Values the C API names but does not exchange as bytes: a string tensor, a sequence of
+    /// tensors, an optional. Reading or writing their data fails with
+    /// `FERROLITE_ERR_INVALID_ARGUMENT`; use the Rust API for models with such inputs or outputs.
+    FERROLITE_DT_STRING = 21,
+    FERROLITE_DT_SEQUENCE = 22,
+    FERROLITE_DT_OPTIONAL = 23,
 }
 
 /// Compute precision for [`prerun_graph_multithread`]. Only fp32 for now.
@@ -697,6 +703,9 @@ fn dtype_code(d: DType) -> ferrolite_dtype {
         DType::F4E2M1 => FERROLITE_DT_FP4E2M1,
         DType::I4 => FERROLITE_DT_INT4,
         DType::U4 => FERROLITE_DT_UINT4,
+        DType::String => FERROLITE_DT_STRING,
+        DType::Sequence => FERROLITE_DT_SEQUENCE,
+        DType::Optional => FERROLITE_DT_OPTIONAL,
     }
 }
 
@@ -831,6 +840,15 @@ pub extern "C" fn get_tensor_shape(
 }
 
 fn byte_size(t: &TensorState) -> FResult<usize> {
+    if !t.dtype.is_bytes() {
+        return fail(
+            FERROLITE_ERR_INVALID_ARGUMENT,
+            format!(
+                "'{}' is a {} value: the C API exchanges tensors of bytes only (use the Rust API)",
+                t.info.name, t.dtype
+            ),
+        );
+    }
     let shape = t.shape.as_ref().ok_or_else(|| {
         Fail(
             FERROLITE_ERR_WRONG_STATE,

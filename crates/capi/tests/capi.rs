@@ -745,3 +745,107 @@ fn graphs_on_eight_threads_match_the_rust_api_bit_for_bit() {
         }
     });
 }
+
+/// A graph of a model in tests/models (written by crates/ferrolite/tests/control_flow.rs).
+fn open_fixture(name: &str) -> *mut ferrolite_graph {
+    let path = format!("{}/../../tests/models/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = CString::new(path).unwrap();
+    assert_eq!(init_ferrolite(), FERROLITE_OK);
+    let mut g = null_mut();
+    assert_eq!(
+        create_graph(path.as_ptr(), &mut g),
+        FERROLITE_OK,
+        "{}",
+        last_error()
+    );
+    g
+}
+
+/// An If inside a Loop whose trip count depends on the data (tests/models/loop_if.onnx, written
+/// by crates/ferrolite/tests/control_flow.rs): the scan output's length is known after the run.
+#[test]
+fn a_loop_with_a_data_dependent_trip_count_runs() {
+    let g = open_fixture("loop_if.onnx");
+    let tensor = |name: &str| {
+        let name = CString::new(name).unwrap();
+        let mut t = null_mut();
+        assert_eq!(get_graph_tensor(g, name.as_ptr(), &mut t), FERROLITE_OK);
+        t
+    };
+    let (x, flag, limit) = (tensor("x"), tensor("flag"), tensor("limit"));
+    let (sum, iterations) = (tensor("sum"), tensor("iterations"));
+    let mut dt = ferrolite_dtype::FERROLITE_DT_FP32;
+    assert_eq!(get_tensor_data_type(flag, &mut dt), FERROLITE_OK);
+    assert_eq!(dt, ferrolite_dtype::FERROLITE_DT_BOOL);
+    assert_eq!(
+        prerun_graph_multithread(g, null()),
+        FERROLITE_OK,
+        "{}",
+        last_error()
+    );
+    let xb = bytes_of(&[1.5, -2.0]);
+    assert_eq!(set_tensor_data(x, xb.as_ptr(), xb.len()), FERROLITE_OK);
+    for (f, lim, want_sum, n) in [
+        (1u8, 10.0f32, [4.5f32, -6.0], 3usize),
+        (0, 20.0, [-9.0, 12.0], 6),
+    ] {
+        assert_eq!(set_tensor_data(flag, &f, 1), FERROLITE_OK);
+        let lb = bytes_of(&[lim]);
+        assert_eq!(set_tensor_data(limit, lb.as_ptr(), lb.len()), FERROLITE_OK);
+        assert_eq!(run_graph(g, 1), FERROLITE_OK, "{}", last_error());
+        let mut out = vec![0u8; 8];
+        assert_eq!(
+            get_tensor_data(sum, out.as_mut_ptr(), out.len()),
+            FERROLITE_OK
+        );
+        assert_eq!(floats(&out), want_sum);
+        let (mut dims, mut rank) = ([0i32; 4], 0);
+        assert_eq!(
+            get_tensor_shape(iterations, dims.as_mut_ptr(), 4, &mut rank),
+            FERROLITE_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(&dims[..rank as usize], &[n as i32]);
+        let mut out = vec![0u8; 8 * n];
+        assert_eq!(
+            get_tensor_data(iterations, out.as_mut_ptr(), out.len()),
+            FERROLITE_OK,
+            "{}",
+            last_error()
+        );
+        let got: Vec<i64> = out
+            .chunks_exact(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, (0..n as i64).collect::<Vec<_>>());
+    }
+    finish(g);
+}
+
+/// A model that takes and gives sequences (tests/models/sequences.onnx) loads; the C API names
+/// their type and refuses to exchange them as bytes, saying why.
+#[test]
+fn sequences_are_named_and_refused_clearly() {
+    let g = open_fixture("sequences.onnx");
+    for name in ["items", "pieces"] {
+        let c = CString::new(name).unwrap();
+        let mut t = null_mut();
+        assert_eq!(get_graph_tensor(g, c.as_ptr(), &mut t), FERROLITE_OK);
+        let mut dt = ferrolite_dtype::FERROLITE_DT_FP32;
+        assert_eq!(get_tensor_data_type(t, &mut dt), FERROLITE_OK);
+        assert_eq!(dt, ferrolite_dtype::FERROLITE_DT_SEQUENCE, "{name}");
+        let mut b = [0u8; 8];
+        let status = if name == "items" {
+            set_tensor_data(t, b.as_ptr(), b.len())
+        } else {
+            get_tensor_data(t, b.as_mut_ptr(), b.len())
+        };
+        assert_err(
+            status,
+            FERROLITE_ERR_INVALID_ARGUMENT,
+            &format!("'{name}' is a sequence value"),
+        );
+    }
+    finish(g);
+}

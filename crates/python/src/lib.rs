@@ -46,7 +46,34 @@ fn numpy_name(d: DType) -> &'static str {
         | DType::F4E2M1 => "uint8",
         DType::I4 => "int8",
         DType::U4 => "uint8",
+        // Strings travel as NumPy object arrays of `str`; sequences as lists, optionals as
+        // `None` or their value (see `to_value` and `to_python`).
+        DType::String => "object",
+        DType::Sequence => "sequence",
+        DType::Optional => "optional",
     }
+}
+
+/// The engine dtype of a NumPy dtype name (the element type of a sequence item or an
+/// optional's value, which the model's declaration does not fix here).
+fn dtype_of_numpy(name: &str) -> Option<DType> {
+    Some(match name {
+        "float32" => DType::F32,
+        "float64" => DType::F64,
+        "float16" => DType::F16,
+        "int8" => DType::I8,
+        "uint8" => DType::U8,
+        "int16" => DType::I16,
+        "uint16" => DType::U16,
+        "int32" => DType::I32,
+        "uint32" => DType::U32,
+        "int64" => DType::I64,
+        "uint64" => DType::U64,
+        "bool" => DType::Bool,
+        "object" => DType::String,
+        n if n.starts_with("<U") || n.starts_with("str") => DType::String,
+        _ => return None,
+    })
 }
 
 /// A model input or output: name, NumPy dtype name, and shape (ints; strings for symbolic
@@ -68,6 +95,9 @@ impl NodeArg {
             "float64" => "double",
             "bool" => "bool",
             "bfloat16" => "bfloat16",
+            "object" => "string",
+            "sequence" => return "seq(tensor)".into(),
+            "optional" => return "optional".into(),
             other => other,
         };
         format!("tensor({t})")
@@ -108,6 +138,106 @@ fn node_arg(py: Python<'_>, info: &IoInfo) -> PyResult<NodeArg> {
         },
         shape,
     })
+}
+
+/// Converts a Python value to an engine value of the declared `dtype`: an array-like for a
+/// tensor (strings included), a list of array-likes for a sequence, `None` or a value for an
+/// optional.
+fn to_value(py: Python<'_>, value: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Tensor> {
+    match dtype {
+        DType::Sequence => {
+            let items = value
+                .downcast::<PyList>()
+                .map_err(|_| PyTypeError::new_err("a sequence input takes a list of arrays"))?;
+            let items = items
+                .iter()
+                .map(|item| to_tensor_as_is(py, &item))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(Tensor::from_sequence(items))
+        }
+        DType::Optional => {
+            if value.is_none() {
+                Ok(Tensor::from_optional(None))
+            } else if value.is_instance_of::<PyList>() {
+                Ok(Tensor::from_optional(Some(to_value(
+                    py,
+                    value,
+                    DType::Sequence,
+                )?)))
+            } else {
+                Ok(Tensor::from_optional(Some(to_tensor_as_is(py, value)?)))
+            }
+        }
+        DType::String => to_strings(py, value),
+        _ => to_tensor(py, value, dtype),
+    }
+}
+
+/// An array-like as a tensor of its own NumPy dtype (a sequence item or an optional's value).
+fn to_tensor_as_is(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let arr = py.import("numpy")?.call_method1("asarray", (value,))?;
+    let name: String = arr.getattr("dtype")?.getattr("name")?.extract()?;
+    let name = if arr.getattr("dtype")?.getattr("kind")?.extract::<String>()? == "U" {
+        "object".to_string()
+    } else {
+        name
+    };
+    let dtype = dtype_of_numpy(&name).ok_or_else(|| {
+        PyTypeError::new_err(format!("arrays of NumPy dtype {name} are not supported"))
+    })?;
+    to_value(py, &arr, dtype)
+}
+
+/// A string tensor from an array-like of `str` (or `bytes`, read as UTF-8).
+fn to_strings(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
+    let np = py.import("numpy")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", "object")?;
+    let arr = np.call_method("asarray", (value,), Some(&kwargs))?;
+    let shape: Vec<usize> = arr.getattr("shape")?.extract()?;
+    let items = arr.call_method0("ravel")?.call_method0("tolist")?;
+    let mut values = Vec::new();
+    for item in items.downcast::<PyList>()?.iter() {
+        if let Ok(b) = item.downcast::<PyBytes>() {
+            let s = std::str::from_utf8(b.as_bytes())
+                .map_err(|_| PyValueError::new_err("a bytes element is not UTF-8"))?;
+            values.push(s.to_string());
+        } else {
+            values.push(item.extract::<String>().map_err(|_| {
+                PyTypeError::new_err("a string tensor's elements must be str or bytes")
+            })?);
+        }
+    }
+    Tensor::from_strings(&shape, values).map_err(engine_err)
+}
+
+/// An engine value as Python: a NumPy array for a tensor (an object array of `str` for
+/// strings), a list of arrays for a sequence, `None` or the value for an optional.
+fn to_python(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
+    match t.dtype() {
+        DType::Sequence => {
+            let items = t
+                .sequence()
+                .map_err(engine_err)?
+                .iter()
+                .map(|item| to_python(py, item))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(PyList::new(py, items)?.into_any().unbind())
+        }
+        DType::Optional => match t.optional().map_err(engine_err)? {
+            None => Ok(py.None()),
+            Some(v) => to_python(py, v),
+        },
+        DType::String => {
+            let np = py.import("numpy")?;
+            let list = PyList::new(py, t.strings().map_err(engine_err)?)?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("dtype", "object")?;
+            let arr = np.call_method("array", (list,), Some(&kwargs))?;
+            Ok(arr.call_method1("reshape", (t.shape().to_vec(),))?.unbind())
+        }
+        _ => to_numpy(py, t),
+    }
 }
 
 /// Converts any array-like to an engine tensor of `dtype` (copying and converting as needed).
@@ -246,7 +376,9 @@ impl Session {
 
     /// Runs the model: `run(output_names or None, {"input name": array_like})` returns a list
     /// of NumPy arrays (all outputs in model order, or the named ones in the order asked).
-    /// Inputs are converted to the model's dtype and made contiguous as needed.
+    /// Inputs are converted to the model's dtype and made contiguous as needed. String tensors
+    /// are object arrays of `str`; a sequence input or output is a list of arrays; an optional
+    /// one is `None` or its value.
     #[pyo3(signature = (output_names, feeds))]
     fn run(
         &self,
@@ -271,7 +403,7 @@ impl Session {
                     known.join(", ")
                 )));
             };
-            let t = to_tensor(py, &v, info.dtype).map_err(|e| {
+            let t = to_value(py, &v, info.dtype).map_err(|e| {
                 if e.is_instance_of::<FerroliteError>(py) {
                     e
                 } else {
@@ -300,7 +432,7 @@ impl Session {
             }
         });
         let tensors = result.map_err(engine_err)?;
-        tensors.iter().map(|t| to_numpy(py, t)).collect()
+        tensors.iter().map(|t| to_python(py, t)).collect()
     }
 
     fn __repr__(&self) -> String {
@@ -322,7 +454,7 @@ impl Session {
 #[pyfunction]
 fn read_tensor_pb(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(String, PyObject)> {
     let (name, t) = ferrolite::onnx::model::read_tensor_file(&path).map_err(engine_err)?;
-    Ok((name, to_numpy(py, &t)?))
+    Ok((name, to_python(py, &t)?))
 }
 
 /// ferrolite: a neural-network inference engine for edge devices.

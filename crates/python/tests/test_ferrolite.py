@@ -165,3 +165,35 @@ def test_device_option_places_subgraphs_and_falls_back():
             assert sess.warnings == []
     with pytest.raises(ValueError, match="unknown device"):
         ferrolite.Session(DEMO, device="tpu")
+
+
+FIXTURES = ROOT / "tests" / "models"
+
+
+def test_loop_with_if_and_a_data_dependent_trip_count():
+    # tests/models/loop_if.onnx (written by crates/ferrolite/tests/control_flow.rs):
+    # s = 0; do { s = flag ? s + x : s - x } while sum(|s|) < limit. The If's branches read the
+    # main graph's x and flag; each iteration adds 3.5 to sum(|s|).
+    sess = ferrolite.Session(FIXTURES / "loop_if.onnx")
+    x = np.array([1.5, -2.0], dtype=np.float32)
+    for flag, limit, n in [(True, 10.0, 3), (False, 20.0, 6), (True, 1.0, 1)]:
+        total, iterations = sess.run(None, {"x": x, "flag": np.array(flag), "limit": np.float32(limit)})
+        want = n * x if flag else -n * x
+        np.testing.assert_array_equal(total, want)
+        np.testing.assert_array_equal(iterations, np.arange(n, dtype=np.int64))
+
+
+def test_sequences_are_lists_of_arrays():
+    sess = ferrolite.Session(FIXTURES / "sequences.onnx")
+    types = {i.name: i.type for i in sess.inputs + sess.outputs}
+    assert types["items"] == "seq(tensor)" and types["pieces"] == "seq(tensor)"
+    x = np.arange(5, dtype=np.float32)
+    items = [np.array([1.0, 2.0], dtype=np.float32), np.array([3.0], dtype=np.float32)]
+    pieces, count, joined = sess.run(None, {"x": x, "items": items})
+    assert isinstance(pieces, list) and len(pieces) == 3
+    for got, want in zip(pieces, [[0, 1], [2, 3], [4]]):
+        np.testing.assert_array_equal(got, np.array(want, dtype=np.float32))
+    assert int(count) == 3
+    np.testing.assert_array_equal(joined, [1.0, 2.0, 3.0])
+    with pytest.raises(ferrolite.FerroliteError, match="a sequence input takes a list"):
+        sess.run(None, {"x": x, "items": np.zeros(3, dtype=np.float32)})
