@@ -185,6 +185,7 @@ ops! {
     Unique: crate::ops::misc::unique::Unique,
     CumSum: crate::ops::nn::cumsum::CumSum,
     BatchNorm: crate::ops::nn::norm::BatchNorm,
+    BatchNormPerElement: crate::ops::nn::norm::BatchNormPerElement,
     GroupNorm: crate::ops::nn::norm::GroupNorm,
     InstanceNorm: crate::ops::nn::norm::InstanceNorm,
     LayerNorm: crate::ops::nn::norm::LayerNorm,

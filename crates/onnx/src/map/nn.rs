@@ -5,7 +5,8 @@ use super::{op, MapError, MapFn, MapResult, NodeCtx};
 use ferrolite_core::ops::nn::cumsum::CumSum;
 use ferrolite_core::ops::nn::geometry::AutoPad;
 use ferrolite_core::ops::nn::norm::{
-    BatchNorm, GroupNorm, InstanceNorm, LayerNorm, LpNorm, Lrn, MeanVarianceNorm,
+    BatchNorm, BatchNormPerElement, GroupNorm, InstanceNorm, LayerNorm, LpNorm, Lrn,
+    MeanVarianceNorm,
 };
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
 use ferrolite_core::ops::nn::reduce::{ArgReduce, Reduce, ReduceKind};
@@ -223,7 +224,9 @@ fn batch_norm(n: &NodeCtx) -> MapResult {
     }
     // Before opset 9, spatial=0 meant per-element statistics.
     if n.opset < 9 && n.int("spatial", 1)? == 0 {
-        return Err(n.unsupported("BatchNormalization with spatial=0"));
+        return op(BatchNormPerElement {
+            epsilon: n.float("epsilon", 1e-5)? as f64,
+        });
     }
     op(BatchNorm {
         epsilon: n.float("epsilon", 1e-5)? as f64,
@@ -449,6 +452,16 @@ mod tests {
         let new = map(&n, 13);
         let s = new.as_any().downcast_ref::<Softmax>().unwrap();
         assert!(!s.legacy_2d && s.axis == -1);
+    }
+
+    #[test]
+    fn batch_norm_spatial_by_opset() {
+        let n = node("BatchNormalization", 1, vec![int("spatial", 0)]);
+        assert!(map(&n, 7).as_any().is::<BatchNormPerElement>());
+        // From opset 9 the attribute is gone: statistics are per channel.
+        assert!(map(&n, 9).as_any().is::<BatchNorm>());
+        let plain = node("BatchNormalization", 1, vec![]);
+        assert!(map(&plain, 7).as_any().is::<BatchNorm>());
     }
 
     #[test]

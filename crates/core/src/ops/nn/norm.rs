@@ -93,6 +93,74 @@ impl Op for BatchNorm {
     }
 }
 
+/// BatchNormalization before opset 9 with `spatial = 0`: statistics per element rather than
+/// per channel, each input shaped like one sample (`C x D1 x ...`). A type of its own, so the
+/// passes and kernels made for per-channel statistics never take it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BatchNormPerElement {
+    pub epsilon: f64,
+}
+
+impl Op for BatchNormPerElement {
+    op_common!(
+        "BatchNormalization",
+        Prototype {
+            inputs: &[
+                input("X", DTypeSet::FLOAT),
+                input("scale", DTypeSet::FLOAT),
+                input("B", DTypeSet::FLOAT),
+                input("input_mean", DTypeSet::FLOAT),
+                input("input_var", DTypeSet::FLOAT),
+            ],
+            outputs: &[output("Y")],
+            value_inputs: &[],
+        }
+    );
+
+    fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
+        let x = ctx.shape(0)?;
+        channels(x)?;
+        for (i, w) in [(1, "scale"), (2, "B"), (3, "input_mean"), (4, "input_var")] {
+            if ctx.shape(i)? != &x[1..] {
+                op_bail!(
+                    "input {i} ({w}) must have the shape of one sample, {:?}, got {:?}",
+                    &x[1..],
+                    ctx.shape(i)?
+                );
+            }
+        }
+        Ok(vec![ctx.like(0)?])
+    }
+
+    fn eval(&self, inputs: &[Option<&Tensor>]) -> OpResult<Vec<Tensor>> {
+        let x = required(inputs, 0)?;
+        channels(x.shape())?;
+        let sample: usize = x.shape()[1..].iter().product();
+        let p: Vec<Vec<f64>> = (1..5)
+            .map(|i| required(inputs, i).map(|t| t.to_f64_vec()))
+            .collect::<OpResult<_>>()?;
+        for (i, v) in p.iter().enumerate() {
+            if v.len() != sample {
+                op_bail!(
+                    "input {} must have {sample} elements, got {}",
+                    i + 1,
+                    v.len()
+                );
+            }
+        }
+        let ys: Vec<f64> = x
+            .to_f64_vec()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let e = i % sample.max(1);
+                (v - p[2][e]) / (p[3][e] + self.epsilon).sqrt() * p[0][e] + p[1][e]
+            })
+            .collect();
+        Ok(vec![tensor_from_f64(x.dtype(), x.shape(), &ys)?])
+    }
+}
+
 /// InstanceNormalization: normalizes each (n, c) plane, then `* scale[c] + B[c]`.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InstanceNorm {
@@ -581,6 +649,29 @@ mod tests {
                 Some(&f32t(&[1], &[1.]))
             ])
             .is_err());
+    }
+
+    #[test]
+    fn batch_norm_per_element() {
+        // x [2, 1, 2]: two samples of one channel and two elements, each element its own
+        // statistics: (x - mean) / sqrt(var) * scale + B.
+        let x = f32t(&[2, 1, 2], &[1., 3., 5., 7.]);
+        let p = |a: f32, b: f32| f32t(&[1, 2], &[a, b]);
+        let ins = [p(2., 1.), p(0., 1.), p(1., 3.), p(4., 1.)];
+        let y = BatchNormPerElement { epsilon: 0.0 }
+            .eval(&[
+                Some(&x),
+                Some(&ins[0]),
+                Some(&ins[1]),
+                Some(&ins[2]),
+                Some(&ins[3]),
+            ])
+            .unwrap();
+        assert_close(&y[0], &[0., 1., 4., 5.], 1e-7);
+        // Per-channel statistics are not one sample's shape.
+        let c = f32t(&[1], &[1.]);
+        let bad = [Some(&x), Some(&c), Some(&c), Some(&c), Some(&c)];
+        assert!(BatchNormPerElement { epsilon: 0.0 }.eval(&bad).is_err());
     }
 
     #[test]
