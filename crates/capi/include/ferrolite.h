@@ -87,13 +87,17 @@ typedef int32_t ferrolite_dtype;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// Compute precision for [`prerun_graph_multithread`]. Only fp32 for now.
+// Compute precision for [`prerun_graph_multithread`].
 enum ferrolite_precision
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
   : int32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
+  // fp32 with the fastest kernels (Winograd F(4x4, 3x3) on larger 3x3 convolutions).
   FERROLITE_PRECISION_FP32 = 0,
+  // fp32 with kernels within a few ulps of the direct sum (no Winograd F(4x4, 3x3)): for deep
+  // networks whose outputs must stay close to a reference.
+  FERROLITE_PRECISION_FP32_ACCURATE = 1,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -114,7 +118,7 @@ typedef struct ferrolite_tensor ferrolite_tensor;
 typedef struct ferrolite_options {
   // Kernel worker threads; 0 means one per core.
   int32_t num_thread;
-  // A `ferrolite_precision` value; only `FERROLITE_PRECISION_FP32` is accepted.
+  // A `ferrolite_precision` value.
   int32_t precision;
   // Optional comma-separated names of optimisation passes to skip; may be NULL.
   const char *disabled_passes;

@@ -103,11 +103,15 @@ pub enum ferrolite_dtype {
     FERROLITE_DT_OPTIONAL = 23,
 }
 
-/// Compute precision for [`prerun_graph_multithread`]. Only fp32 for now.
+/// Compute precision for [`prerun_graph_multithread`].
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ferrolite_precision {
+    /// fp32 with the fastest kernels (Winograd F(4x4, 3x3) on larger 3x3 convolutions).
     FERROLITE_PRECISION_FP32 = 0,
+    /// fp32 with kernels within a few ulps of the direct sum (no Winograd F(4x4, 3x3)): for deep
+    /// networks whose outputs must stay close to a reference.
+    FERROLITE_PRECISION_FP32_ACCURATE = 1,
 }
 
 /// Options for [`prerun_graph_multithread`].
@@ -116,7 +120,7 @@ pub enum ferrolite_precision {
 pub struct ferrolite_options {
     /// Kernel worker threads; 0 means one per core.
     pub num_thread: i32,
-    /// A `ferrolite_precision` value; only `FERROLITE_PRECISION_FP32` is accepted.
+    /// A `ferrolite_precision` value.
     pub precision: i32,
     /// Optional comma-separated names of optimisation passes to skip; may be NULL.
     pub disabled_passes: *const c_char,
@@ -1056,15 +1060,23 @@ pub extern "C" fn prerun_graph_multithread(
         let mut opts = SessionOptions::default();
         if !options.is_null() {
             let o = read_options(options)?;
-            if o.precision != ferrolite_precision::FERROLITE_PRECISION_FP32 as i32 {
-                return fail(
-                    FERROLITE_ERR_INVALID_ARGUMENT,
-                    format!(
-                        "precision {} is not supported (only FERROLITE_PRECISION_FP32)",
-                        o.precision
-                    ),
-                );
-            }
+            opts.precision = match o.precision {
+                p if p == ferrolite_precision::FERROLITE_PRECISION_FP32 as i32 => {
+                    ferrolite::Precision::Fast
+                }
+                p if p == ferrolite_precision::FERROLITE_PRECISION_FP32_ACCURATE as i32 => {
+                    ferrolite::Precision::Accurate
+                }
+                p => {
+                    return fail(
+                        FERROLITE_ERR_INVALID_ARGUMENT,
+                        format!(
+                            "precision {p} is not supported (FERROLITE_PRECISION_FP32 or \
+                             FERROLITE_PRECISION_FP32_ACCURATE)"
+                        ),
+                    )
+                }
+            };
             opts.threads = usize::try_from(o.num_thread).map_err(|_| {
                 Fail(
                     FERROLITE_ERR_INVALID_ARGUMENT,

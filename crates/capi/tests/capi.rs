@@ -777,8 +777,13 @@ fn a_loop_with_a_data_dependent_trip_count_runs() {
     let mut dt = ferrolite_dtype::FERROLITE_DT_FP32;
     assert_eq!(get_tensor_data_type(flag, &mut dt), FERROLITE_OK);
     assert_eq!(dt, ferrolite_dtype::FERROLITE_DT_BOOL);
+    let opts = ferrolite_options {
+        num_thread: 1,
+        precision: ferrolite_precision::FERROLITE_PRECISION_FP32_ACCURATE as i32,
+        disabled_passes: null(),
+    };
     assert_eq!(
-        prerun_graph_multithread(g, null()),
+        prerun_graph_multithread(g, &opts),
         FERROLITE_OK,
         "{}",
         last_error()

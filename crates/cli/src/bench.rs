@@ -119,6 +119,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         model: a.model,
         threads: session.threads(),
         isa: session.isa().name(),
+        precision: session.precision(),
         load,
         prerun,
         first,
@@ -273,6 +274,7 @@ struct Report<'a> {
     threads: usize,
     /// The CPU kernels' instruction set.
     isa: &'static str,
+    precision: ferrolite::Precision,
     load: Duration,
     prerun: Duration,
     first: Duration,
@@ -304,12 +306,13 @@ impl Report<'_> {
         let _ = writeln!(o, "model    {}", self.model.display());
         let _ = writeln!(
             o,
-            "setup    load {:.3} ms  prerun {:.3} ms  first run {:.3} ms  ({} thread(s), isa {})",
+            "setup    load {:.3} ms  prerun {:.3} ms  first run {:.3} ms  ({} thread(s), isa {}, precision {})",
             ms(self.load),
             ms(self.prerun),
             ms(self.first),
             self.threads,
-            self.isa
+            self.isa,
+            self.precision
         );
         let _ = writeln!(
             o,
@@ -388,13 +391,14 @@ impl Report<'_> {
     fn json(&self) -> String {
         let s = &self.stats;
         let mut o = format!(
-            "{{\"model\":{},\"threads\":{},\"isa\":{},\"load_ms\":{:.6},\"prerun_ms\":{:.6},\
+            "{{\"model\":{},\"threads\":{},\"isa\":{},\"precision\":{},\"load_ms\":{:.6},\"prerun_ms\":{:.6},\
              \"first_run_ms\":{:.6},\"runs\":{},\"latency_ms\":{{\"min\":{:.6},\"median\":{:.6},\
              \"mean\":{:.6},\"p90\":{:.6},\"max\":{:.6}}},\"peak_rss_bytes\":{},\"baseline_rss_bytes\":{},\
              \"flops\":{},\"memory\":{}",
             json_str(&self.model.display().to_string()),
             self.threads,
             json_str(self.isa),
+            json_str(&self.precision.to_string()),
             ms(self.load),
             ms(self.prerun),
             ms(self.first),

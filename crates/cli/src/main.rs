@@ -66,6 +66,10 @@ struct EngineArgs {
     /// bytes, or with a K, M or G suffix (powers of 1024), e.g. 512M.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     max_memory: Option<u64>,
+    /// fast, or accurate: kernels within a few ulps of the direct sum (no Winograd F(4x4,
+    /// 3x3)), for deep networks whose outputs must stay close to a reference.
+    #[arg(long, default_value = "fast")]
+    precision: ferrolite::Precision,
 }
 
 /// A size in bytes, optionally with a K, M or G suffix (powers of 1024).
@@ -100,6 +104,7 @@ impl EngineArgs {
             partition,
             isa: self.isa.clone(),
             max_memory: self.max_memory,
+            precision: self.precision,
         })
     }
 }

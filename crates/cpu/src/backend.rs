@@ -14,10 +14,46 @@ use ferrolite_core::registry::{Kernels, Request, Selection};
 use ferrolite_core::Result;
 use std::sync::OnceLock;
 
-/// What every CPU kernel builder is handed: the one ISA of the session.
+/// What every CPU kernel builder is handed: the one ISA and the precision of the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuContext {
     pub isa: Isa,
+    pub precision: Precision,
+}
+
+/// How close the f32 kernels stay to the exact result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// The fastest kernels: 3x3 convolutions on larger images run Winograd F(4x4, 3x3), whose
+    /// transforms scale values by up to 100 and round relative to that (docs/performance.md,
+    /// Winograd and accuracy).
+    #[default]
+    Fast,
+    /// Kernels that stay within a few ulps of the direct sum: Winograd F(2x2, 3x3) only, whose
+    /// transforms are additions and halvings.
+    Accurate,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fast" => Ok(Precision::Fast),
+            "accurate" => Ok(Precision::Accurate),
+            other => Err(format!(
+                "unknown precision '{other}' (expected fast or accurate)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::Fast => "fast",
+            Precision::Accurate => "accurate",
+        })
+    }
 }
 
 impl CpuContext {
@@ -75,11 +111,24 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend whose kernels all use `isa`.
+    /// A backend whose kernels all use `isa`, at [`Precision::Fast`].
     pub fn new(isa: Isa) -> Self {
         CpuBackend {
-            cx: CpuContext { isa },
+            cx: CpuContext {
+                isa,
+                precision: Precision::Fast,
+            },
         }
+    }
+
+    /// The same backend with kernels picked for `precision`.
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.cx.precision = precision;
+        self
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.cx.precision
     }
 
     /// The ISA named by `requested` (a session option), else by `FERROLITE_ISA`, else the best
@@ -109,8 +158,12 @@ impl Backend for CpuBackend {
     }
 
     fn describe(&self) -> String {
+        let precision = match self.cx.precision {
+            Precision::Fast => "",
+            Precision::Accurate => ", accurate",
+        };
         format!(
-            "cpu, {}, int8 {}",
+            "cpu, {}{precision}, int8 {}",
             self.cx.isa,
             crate::qgemm::QPath::for_isa(self.cx.isa).describe()
         )

@@ -360,7 +360,8 @@ pub(crate) fn register(r: &mut Registry) {
         |c, r| {
             let (x, _, s) = conv_shapes(c, r)?;
             let tile = crate::winograd::tile_for(&s)
-                .ok_or("needs a 3x3 stride-1 convolution big enough for Winograd to pay")?;
+                .ok_or("needs a 3x3 stride-1 convolution big enough for Winograd to pay")?
+                .within(r.cx.precision);
             let k = WinogradKernel::new(r.cx.gemm(), tile, &s, c.activation, x, constant(r.req, 1));
             built(k, "constant weights")
         },

@@ -85,7 +85,7 @@ mod tests;
 #[cfg(test)]
 mod testutil;
 
-pub use backend::{CpuBackend, CpuContext};
+pub use backend::{CpuBackend, CpuContext, Precision};
 pub use gemm::Sgemm;
 pub use isa::Isa;
 #[cfg(feature = "analysis")]

@@ -108,6 +108,14 @@ pub fn tile_for(s: &ConvShapes) -> Option<WinogradTile> {
 }
 
 impl WinogradTile {
+    /// The tile to run at `precision`: F(2x2, 3x3) when it must stay accurate.
+    pub fn within(self, precision: crate::backend::Precision) -> WinogradTile {
+        match precision {
+            crate::backend::Precision::Fast => self,
+            crate::backend::Precision::Accurate => WinogradTile::F2,
+        }
+    }
+
     /// Output tile edge T.
     pub fn outputs(self) -> usize {
         match self {
@@ -983,6 +991,33 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn accurate_precision_picks_the_2x2_tile() {
+        use crate::{CpuBackend, Precision};
+        // resnet18's 28x28 convs: F(4x4) at Fast, F(2x2) at Accurate, under every ISA.
+        let op: std::sync::Arc<dyn ferrolite_core::Op> = std::sync::Arc::new(Conv {
+            params: ConvParams {
+                pads: Some(vec![1, 1, 1, 1]),
+                ..Default::default()
+            },
+            group: 1,
+            activation: None,
+        });
+        let x = Tensor::from_vec(&[1, 128, 28, 28], values(128 * 28 * 28, 1)).unwrap();
+        let w = Tensor::from_vec(&[128, 128, 3, 3], values(128 * 128 * 9, 2)).unwrap();
+        let ins = [Some(x), Some(w)];
+        for isa in crate::Isa::available() {
+            for (precision, want) in [
+                (Precision::Fast, "cpu.conv.winograd4"),
+                (Precision::Accurate, "cpu.conv.winograd2"),
+            ] {
+                let backend = CpuBackend::new(isa).with_precision(precision);
+                let (k, _) = crate::testutil::kernel_for(&backend, &op, &ins, &[false, true]);
+                assert_eq!(k.name(), want, "{isa} {precision}");
             }
         }
     }

@@ -44,7 +44,7 @@ pub mod session;
 pub use device::{DeviceOption, GPU_AVAILABLE};
 pub use ferrolite_core::passes::{PartitionOptions, PartitionReport};
 pub use ferrolite_core::{DType, Dim, Error, Graph, Result, Tensor, TensorInfo};
-pub use ferrolite_cpu::Isa;
+pub use ferrolite_cpu::{Isa, Precision};
 pub use model::{is_paddle, load_model, load_model_as, load_paddle, load_path, Format, Model};
 #[cfg(feature = "paddle")]
 pub use model::{load_paddle_bytes, load_paddle_separate};

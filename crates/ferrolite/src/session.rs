@@ -19,7 +19,7 @@ use ferrolite_core::tensor::{checked_numel, with_tensor_limit};
 use ferrolite_core::{
     DType, DeclaredType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo,
 };
-use ferrolite_cpu::{CpuBackend, Isa};
+use ferrolite_cpu::{CpuBackend, Isa, Precision};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -61,6 +61,10 @@ pub struct SessionOptions {
     /// (and before prepacking, when one tensor alone or the weights are over it). `None`: no
     /// cap beyond the per-tensor limit.
     pub max_memory: Option<u64>,
+    /// How close the f32 CPU kernels stay to the exact result: [`Precision::Fast`] (the
+    /// default) or [`Precision::Accurate`], which gives up Winograd F(4x4, 3x3) for kernels
+    /// within a few ulps of the direct sum (docs/performance.md, Winograd and accuracy).
+    pub precision: Precision,
 }
 
 impl Default for SessionOptions {
@@ -74,6 +78,7 @@ impl Default for SessionOptions {
             partition: PartitionOptions::default(),
             isa: None,
             max_memory: None,
+            precision: Precision::Fast,
         }
     }
 }
@@ -113,6 +118,12 @@ impl SessionOptions {
     /// Caps the memory a session may plan (see [`SessionOptions::max_memory`]).
     pub fn with_max_memory(mut self, bytes: u64) -> Self {
         self.max_memory = Some(bytes);
+        self
+    }
+
+    /// Picks kernels for `precision` (see [`SessionOptions::precision`]).
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
         self
     }
 
@@ -648,7 +659,8 @@ impl Session {
                 ))
             })?,
             None => CpuBackend::choose(options.isa.as_deref()).map_err(Error::Other)?,
-        };
+        }
+        .with_precision(options.precision);
         Ok(Session {
             model,
             options,
@@ -704,6 +716,11 @@ impl Session {
     /// The instruction set of this session's CPU kernels.
     pub fn isa(&self) -> Isa {
         self.cpu.isa()
+    }
+
+    /// How close this session's f32 CPU kernels stay to the exact result.
+    pub fn precision(&self) -> Precision {
+        self.cpu.precision()
     }
 
     /// The CPU backend, as `info` and `explain` describe it ("cpu, avx2+fma").

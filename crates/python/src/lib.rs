@@ -287,7 +287,7 @@ fn to_numpy(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
 }
 
 /// A loaded model: `Session(path_or_bytes, threads=0, disabled_passes=None, device="cpu",
-/// isa=None, max_memory=None)`.
+/// isa=None, max_memory=None, precision="fast")`.
 ///
 /// `threads=0` uses one worker per core. `device="gpu"` runs the subgraphs the GPU supports on
 /// it (a module built with the `gpu` feature) and the rest on the CPU; `"fake"`,
@@ -295,7 +295,9 @@ fn to_numpy(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
 /// device cannot compile or run falls back to the CPU; `warnings` lists those. `isa="portable"`
 /// (or `"avx2"`, `"avx512"`) forces the CPU kernels' instruction set (default: `FERROLITE_ISA`, else the
 /// best the CPU has). `max_memory` (bytes) caps what a run's plan may need: weights, the arena
-/// of intermediates and prepacked weights; a plan over it raises before allocating. A session can be used from several Python threads at once; the GIL is
+/// of intermediates and prepacked weights; a plan over it raises before allocating.
+/// `precision="accurate"` picks f32 kernels within a few ulps of the direct sum (no Winograd
+/// F(4x4, 3x3)) for deep networks whose outputs must stay close to a reference. A session can be used from several Python threads at once; the GIL is
 /// released while the engine runs.
 #[pyclass(frozen, module = "ferrolite")]
 struct Session {
@@ -305,7 +307,9 @@ struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None, device = "cpu", isa = None, max_memory = None))]
+    // One argument per keyword of the Python constructor.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (path_or_bytes, threads = 0, disabled_passes = None, device = "cpu", isa = None, max_memory = None, precision = "fast"))]
     fn new(
         py: Python<'_>,
         path_or_bytes: &Bound<'_, PyAny>,
@@ -314,7 +318,9 @@ impl Session {
         device: &str,
         isa: Option<String>,
         max_memory: Option<u64>,
+        precision: &str,
     ) -> PyResult<Session> {
+        let precision: ferrolite::Precision = precision.parse().map_err(PyValueError::new_err)?;
         let device: ferrolite::DeviceOption = device
             .parse()
             .map_err(|e: ferrolite::Error| PyValueError::new_err(e.to_string()))?;
@@ -324,6 +330,7 @@ impl Session {
             device,
             isa,
             max_memory,
+            precision,
             ..SessionOptions::default()
         };
         let session = if let Ok(b) = path_or_bytes.downcast::<PyBytes>() {

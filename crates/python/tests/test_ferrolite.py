@@ -183,6 +183,15 @@ def test_loop_with_if_and_a_data_dependent_trip_count():
         np.testing.assert_array_equal(iterations, np.arange(n, dtype=np.int64))
 
 
+def test_precision_option():
+    x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    fast = ferrolite.Session(DEMO, precision="fast").run(None, {"x": x})[0]
+    accurate = ferrolite.Session(DEMO, precision="accurate").run(None, {"x": x})[0]
+    np.testing.assert_allclose(fast, accurate, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="unknown precision"):
+        ferrolite.Session(DEMO, precision="sloppy")
+
+
 def test_sequences_are_lists_of_arrays():
     sess = ferrolite.Session(FIXTURES / "sequences.onnx")
     types = {i.name: i.type for i in sess.inputs + sess.outputs}

@@ -291,7 +291,12 @@ fn blocked_conv(c: &Conv, r: &Req) -> Built {
         return boxed(k, "a depthwise convolution over whole blocks");
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && blocked_input && winograd::pays(&s) {
+    // F(4x4, 3x3) only: at Precision::Accurate the blocked direct convolution runs instead.
+    if isa == Isa::Avx512
+        && r.cx.precision == crate::backend::Precision::Fast
+        && blocked_input
+        && winograd::pays(&s)
+    {
         let k = winograd::WinogradKernel::new(r.cx.gemm(), s.clone(), c.activation, x, w, bias);
         if let Some(k) = k.map_err(|e| e.to_string())? {
             return Ok(Box::new(k));
