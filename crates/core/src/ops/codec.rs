@@ -171,6 +171,7 @@ ops! {
     StringConcat: crate::ops::text::concat::StringConcat,
     StringNormalizer: crate::ops::text::normalizer::StringNormalizer,
     StringSplit: crate::ops::text::split::StringSplit,
+    RegexFullMatch: crate::ops::text::regex_full_match::RegexFullMatch,
     SequenceEmpty: crate::ops::containers::sequence::SequenceEmpty,
     SequenceConstruct: crate::ops::containers::sequence::SequenceConstruct,
     SequenceInsert: crate::ops::containers::sequence::SequenceInsert,

@@ -14,6 +14,7 @@ use ferrolite_core::ops::seq::window::{MelWeightMatrix, Window, WindowKind};
 use ferrolite_core::ops::text::{
     concat::StringConcat,
     normalizer::{CaseChange, StringNormalizer},
+    regex_full_match::RegexFullMatch,
     split::StringSplit,
 };
 use ferrolite_core::DType;
@@ -30,6 +31,7 @@ pub(super) const ENTRIES: &[(&str, MapFn)] = &[
     ("StringConcat", string_concat),
     ("StringSplit", string_split),
     ("StringNormalizer", string_normalizer),
+    ("RegexFullMatch", regex_full_match),
     ("DFT", dft),
     ("STFT", stft),
     ("HannWindow", hann_window),
@@ -136,6 +138,11 @@ fn det(_: &NodeCtx) -> MapResult {
 
 fn string_concat(_: &NodeCtx) -> MapResult {
     op(StringConcat)
+}
+
+fn regex_full_match(n: &NodeCtx) -> MapResult {
+    let pattern = n.string("pattern", "")?;
+    op(RegexFullMatch::new(&pattern).map_err(|e| MapError::Invalid(e.to_string()))?)
 }
 
 fn string_split(n: &NodeCtx) -> MapResult {

@@ -1,10 +1,12 @@
-//! String ops: StringConcat, StringSplit, StringNormalizer, and the string form of Equal.
+//! String ops: StringConcat, StringSplit, StringNormalizer, RegexFullMatch, and the string form
+//! of Equal.
 //!
 //! String tensors hold Rust `String`s (UTF-8) rather than bytes (see [`crate::Tensor`]), so
 //! these ops run only as their reference implementations.
 
 pub mod concat;
 pub mod normalizer;
+pub mod regex_full_match;
 pub mod split;
 
 use crate::ops::util::{broadcast_offsets, broadcast_shapes};
