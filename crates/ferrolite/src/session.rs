@@ -10,6 +10,7 @@ use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Mo
 use ferrolite_core::device::{Device, DeviceKernels, Warnings};
 use ferrolite_core::format::{self, ModelInfo, Optimized};
 use ferrolite_core::infer::{infer_graph_folding, MAX_FOLD_BYTES};
+use ferrolite_core::ops::control::cap_loop_bytes;
 use ferrolite_core::passes::{
     optimize_folding, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
 };
@@ -59,7 +60,8 @@ pub struct SessionOptions {
     /// arena of intermediate tensors and the kernels' prepacked copies of weights. A plan
     /// over it is refused with [`Error::MemoryLimit`] at prerun, before its arena is allocated
     /// (and before prepacking, when one tensor alone or the weights are over it). `None`: no
-    /// cap beyond the per-tensor limit.
+    /// cap beyond the per-tensor limit. It also caps what a Loop may hold in carried and
+    /// scanned values (1 GiB without it), checked after every iteration.
     pub max_memory: Option<u64>,
     /// How close the f32 CPU kernels stay to the exact result: [`Precision::Fast`] (the
     /// default) or [`Precision::Accurate`], which gives up Winograd F(4x4, 3x3) for kernels
@@ -796,6 +798,9 @@ impl Session {
             .map(|(i, s)| TensorInfo::new(i.dtype, s.clone()))
             .collect();
         let mut graph = self.model.graph.clone();
+        if let Some(cap) = self.options.max_memory {
+            cap_loop_bytes(&mut graph, usize::try_from(cap).unwrap_or(usize::MAX));
+        }
         // Reference kernels only: no CPU kernels, and no CPU layout for them to run on.
         let (cpu, cpu_passes): (Arc<dyn KernelProvider>, Vec<Box<dyn Pass>>) =
             if self.options.optimized_kernels {
@@ -913,6 +918,9 @@ impl Session {
     /// selection only.
     fn plan_as_is(&self, graph: &Graph, types: &[TensorInfo], fold: usize) -> Result<Prepared> {
         let mut graph = graph.clone();
+        if let Some(cap) = self.options.max_memory {
+            cap_loop_bytes(&mut graph, usize::try_from(cap).unwrap_or(usize::MAX));
+        }
         let dynamic = infer_graph_folding(&mut graph, types, fold)?;
         check_tensor_sizes(&graph, self.options.max_memory)?;
         let cpu: Arc<dyn KernelProvider> = if self.options.optimized_kernels {

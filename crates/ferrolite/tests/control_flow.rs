@@ -293,3 +293,53 @@ fn the_trip_count_follows_the_data_and_the_branches_read_outer_values() {
         assert_eq!(out["iterations"].to_f64_vec(), iterations);
     }
 }
+
+/// 1000 iterations that each scan out the 64 KiB input: no one tensor is large, but what the
+/// loop holds grows by 64 KiB per iteration (64 MB at the end).
+fn accumulating_loop() -> Vec<u8> {
+    let body = subgraph(
+        "body",
+        vec![
+            node("Identity", &["cond"], &["cond_out"], vec![]),
+            node("Identity", &["x"], &["slice"], vec![]),
+        ],
+        &["i", "cond"],
+        &["cond_out", "slice"],
+    );
+    model(GraphProto {
+        node: vec![node(
+            "Loop",
+            &["trips", ""],
+            &["stacked"],
+            vec![graph_attr("body", body)],
+        )],
+        name: "accumulating".into(),
+        input: vec![value_info("x", data_type::FLOAT, &[16384])],
+        output: vec![untyped("stacked")],
+        initializer: vec![TensorProto {
+            name: "trips".into(),
+            data_type: data_type::INT64,
+            int64_data: vec![1000],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+#[test]
+fn the_session_memory_cap_stops_a_growing_loop() {
+    let x = Tensor::from_vec(&[16384], vec![1.0f32; 16384]).unwrap();
+    let options = SessionOptions::default().with_max_memory(1 << 20);
+    let session = Session::from_bytes(&accumulating_loop(), options).unwrap();
+    let e = session.run(&[("x", x.clone())]).unwrap_err().to_string();
+    // 16 slices of 64 KiB fill 1 MiB; the 17th (iteration 16) is over.
+    assert!(
+        e.contains("Loop") && e.contains("after iteration 16") && e.contains("1048576 bytes"),
+        "{e}"
+    );
+    // Under a cap that holds the whole stack, it runs.
+    let options = SessionOptions::default().with_max_memory(256 << 20);
+    let session = Session::from_bytes(&accumulating_loop(), options).unwrap();
+    let out = session.run(&[("x", x)]).unwrap();
+    assert_eq!(out["stacked"].shape(), [1000, 16384]);
+}

@@ -22,6 +22,38 @@ use crate::plan::Plan;
 use crate::{DType, Graph, OpError, OpResult, Tensor, TensorInfo};
 use std::sync::{Arc, Mutex};
 
+/// Caps what every Loop in `graph`, at any depth of subgraphs, may hold in carried and scanned
+/// values at `max_bytes` (a session's memory cap): a loop that keeps growing its values stops
+/// with an error there rather than at [`loop_op::MAX_BYTES`].
+pub fn cap_loop_bytes(graph: &mut Graph, max_bytes: usize) {
+    let cap = |sub: &mut Subgraph| cap_loop_bytes(&mut sub.graph, max_bytes);
+    for node in &mut graph.nodes {
+        let any = node.op.as_any();
+        let capped: Arc<dyn crate::Op> = if let Some(l) = any.downcast_ref::<loop_op::Loop>() {
+            let mut l = l.clone();
+            l.max_bytes = l.max_bytes.min(max_bytes);
+            cap(&mut l.body);
+            Arc::new(l)
+        } else if let Some(i) = any.downcast_ref::<if_op::If>() {
+            let mut i = i.clone();
+            cap(&mut i.then_branch);
+            cap(&mut i.else_branch);
+            Arc::new(i)
+        } else if let Some(s) = any.downcast_ref::<scan::Scan>() {
+            let mut s = s.clone();
+            cap(&mut s.body);
+            Arc::new(s)
+        } else if let Some(m) = any.downcast_ref::<sequence_map::SequenceMap>() {
+            let mut m = m.clone();
+            cap(&mut m.body);
+            Arc::new(m)
+        } else {
+            continue;
+        };
+        node.op = capped;
+    }
+}
+
 /// Plans kept per subgraph: enough for the few signatures a body sees (a loop whose carried
 /// values grow gets a new signature every iteration; the oldest plans are dropped).
 const PLANS_KEPT: usize = 8;
