@@ -178,9 +178,10 @@ fn string_normalizer(n: &NodeCtx) -> MapResult {
 }
 
 fn tfidf_vectorizer(n: &NodeCtx) -> MapResult {
-    if n.strings("pool_strings")?.is_some_and(|s| !s.is_empty()) {
-        return Err(n.unsupported("a pool of strings (string tensors are not supported)"));
-    }
+    let (pool, vocabulary) = match n.strings("pool_strings")? {
+        Some(strings) if !strings.is_empty() => TfIdfVectorizer::string_pool(&strings),
+        _ => (n.ints("pool_int64s")?.unwrap_or_default(), Vec::new()),
+    };
     let count = |name: &str| -> Result<usize, MapError> {
         usize::try_from(n.int(name, -1)?)
             .map_err(|_| MapError::Invalid(format!("{name} must be given and not negative")))
@@ -212,8 +213,9 @@ fn tfidf_vectorizer(n: &NodeCtx) -> MapResult {
         mode,
         ngram_counts: list("ngram_counts")?,
         ngram_indexes: list("ngram_indexes")?,
-        pool: n.ints("pool_int64s")?.unwrap_or_default(),
+        pool,
         weights: n.floats("weights")?.unwrap_or_default(),
+        vocabulary,
     })
 }
 

@@ -5,6 +5,10 @@
 //! `max_skip_count`; a unigram is counted once per position, whatever the skip. The pool holds
 //! the n-grams of each length one after another (`ngram_counts[k]` is where the (k+1)-grams
 //! start), and `ngram_indexes` maps the i-th pooled n-gram to its output column.
+//!
+//! A pool of strings (`pool_strings`) is held as integer ids into `vocabulary`: string inputs
+//! are turned into the same ids (a string not in the vocabulary matches nothing), then counted
+//! as integers are.
 
 use crate::op::{input, output, required, Prototype};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
@@ -29,6 +33,54 @@ pub struct TfIdfVectorizer {
     pub pool: Vec<i64>,
     /// Per pooled n-gram (empty: all 1).
     pub weights: Vec<f32>,
+    /// For a pool of strings: the distinct strings, whose positions are the ids `pool` holds.
+    /// Empty for a pool of integers.
+    pub vocabulary: Vec<String>,
+}
+
+impl TfIdfVectorizer {
+    /// `pool` and `vocabulary` for a pool of strings: each distinct string gets an id.
+    pub fn string_pool(strings: &[String]) -> (Vec<i64>, Vec<String>) {
+        let mut ids: HashMap<&str, i64> = HashMap::new();
+        let mut vocabulary = Vec::new();
+        let pool = strings
+            .iter()
+            .map(|s| {
+                *ids.entry(s.as_str()).or_insert_with(|| {
+                    vocabulary.push(s.clone());
+                    vocabulary.len() as i64 - 1
+                })
+            })
+            .collect();
+        (pool, vocabulary)
+    }
+
+    /// The input as ids: integers as they are, strings by their vocabulary position (-1, which
+    /// no pooled n-gram holds, for a string outside it).
+    fn ids(&self, x: &Tensor) -> OpResult<Vec<i64>> {
+        if x.dtype() != DType::String {
+            op_ensure!(
+                self.vocabulary.is_empty(),
+                "input 0 (X) is {}, but the pool holds strings",
+                x.dtype()
+            );
+            return Ok(x.to_i64_vec());
+        }
+        op_ensure!(
+            !self.vocabulary.is_empty(),
+            "input 0 (X) holds strings, but the pool holds integers"
+        );
+        let ids: HashMap<&str, i64> = self
+            .vocabulary
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.as_str(), i as i64))
+            .collect();
+        Ok(x.strings()?
+            .iter()
+            .map(|s| ids.get(s.as_str()).copied().unwrap_or(-1))
+            .collect())
+    }
 }
 
 impl TfIdfVectorizer {
@@ -107,7 +159,7 @@ impl Op for TfIdfVectorizer {
     op_common!(
         "TfIdfVectorizer",
         Prototype {
-            inputs: &[input("X", DTypeSet::INDEX)],
+            inputs: &[input("X", DTypeSet::INDEX.union(DTypeSet::STRING))],
             outputs: &[output("Y")],
             value_inputs: &[],
         }
@@ -133,7 +185,7 @@ impl Op for TfIdfVectorizer {
             [n, c] => (*n, *c),
             s => crate::op_bail!("input 0 (X): expected rank 1 or 2, got {s:?}"),
         };
-        let values = x.to_i64_vec();
+        let values = self.ids(x)?;
         let width = self.width();
         let mut out = vec![0f32; rows * width];
         // Skips and lengths past the row's length find nothing: bounding them keeps hostile
@@ -199,6 +251,7 @@ mod tests {
             ngram_indexes: vec![0, 1, 2, 3],
             pool: vec![2, 3, 2, 3, 4, 5],
             weights: vec![],
+            vocabulary: vec![],
         }
     }
 
@@ -226,6 +279,26 @@ mod tests {
         assert_eq!(run(&idf, &x), [0.5, 0.25, 2.0, 0.0]);
         idf.mode = TfIdfMode::TfIdf;
         assert_eq!(run(&idf, &x), [1.0, 0.5, 2.0, 0.0]);
+    }
+
+    #[test]
+    fn a_pool_of_strings_counts_strings() {
+        // The integer test's pool with 2 -> "b", 3 -> "c", 4 -> "d", 5 -> "e".
+        let mut op = vectorizer(1, 2, 0, TfIdfMode::Tf);
+        let words: Vec<String> = ["b", "c", "b", "c", "d", "e"].map(String::from).to_vec();
+        (op.pool, op.vocabulary) = TfIdfVectorizer::string_pool(&words);
+        assert_eq!(op.pool, [0, 1, 0, 1, 2, 3]);
+        let text = ["b", "c", "d", "b", "e", "c", "zz"]
+            .map(String::from)
+            .to_vec();
+        let x = Tensor::from_strings(&[7], text).unwrap();
+        let y = op.eval(&[Some(&x)]).unwrap().remove(0);
+        assert_eq!(y.to_f64_vec(), [2.0, 2.0, 1.0, 0.0]);
+        // Integers against a pool of strings, and strings against one of integers, are errors.
+        let ints = Tensor::from_vec(&[2], vec![0i64, 1]).unwrap();
+        assert!(op.eval(&[Some(&ints)]).is_err());
+        let op = vectorizer(1, 2, 0, TfIdfMode::Tf);
+        assert!(op.eval(&[Some(&x)]).is_err());
     }
 
     #[test]
