@@ -66,6 +66,11 @@ def fetch_suite(cache: Path, suite: str) -> Path:
     return suite_dir
 
 
+def fetch_node_tests(cache: Path) -> Path:
+    """The node cases' folder (scripts/fuzz-corpus reads it too)."""
+    return fetch_suite(cache, "node")
+
+
 def run_check(binary: Path, cases: list) -> list:
     """Runs `ferrolite check` over the cases; reruns smaller batches if the process dies."""
     with tempfile.TemporaryDirectory() as tmp:
