@@ -322,8 +322,7 @@ fn cast(n: &NodeCtx) -> MapResult {
     } else {
         n.int_opt("to")?.unwrap_or_default() as i32
     };
-    // Casts to and from strings (number formatting and parsing) are not implemented.
-    match crate::tensor::dtype_of(t).filter(|d| d.is_bytes()) {
+    match crate::tensor::dtype_of(t) {
         Some(to) => {
             let (saturate, round_mode) = cast_options(n)?;
             op(Cast {
@@ -496,6 +495,9 @@ mod tests {
         let c = o.as_any().downcast_ref::<Cast>().unwrap();
         assert_eq!((c.to, c.saturate), (DType::F8E4M3FN, false));
         let n = node("Cast", vec![int_attr("to", data_type::STRING as i64)], 1);
+        let o = map(&n, 21).unwrap();
+        assert_eq!(o.as_any().downcast_ref::<Cast>().unwrap().to, DType::String);
+        let n = node("Cast", vec![int_attr("to", data_type::COMPLEX64 as i64)], 1);
         assert!(matches!(map(&n, 21), Err(MapError::Unsupported(_))));
         let n = node("Cast", vec![], 1);
         assert!(map(&n, 13).is_err());

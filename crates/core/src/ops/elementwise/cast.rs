@@ -4,6 +4,11 @@
 //! becomes 0), anything to bool is `!= 0`, float narrowing rounds to nearest even. To float8,
 //! `saturate` (default true) clamps out-of-range values to the largest finite value; without it
 //! they become infinity or NaN. `round_mode` applies to E8M0 only.
+//!
+//! To and from strings ([`cast_strings`]): numbers are written plainly (`314.15926`, the
+//! shortest form that reads back to the same value; `INF`, `-INF`, `NaN`), and strings read in
+//! plain or scientific form, with `INF`, `+INF`, `-INF` and `NaN` in any case. A string that is
+//! no number is an error naming it (the spec leaves it undefined).
 
 use crate::lowp::{self, E8M0Round};
 use crate::op::{input, output, required, Prototype};
@@ -34,6 +39,9 @@ pub fn cast_with(
     saturate: bool,
     round_mode: E8M0Round,
 ) -> crate::Result<Tensor> {
+    if to == DType::String || x.dtype() == DType::String {
+        return cast_strings(x, to);
+    }
     let default_e8m0 = saturate && round_mode == E8M0Round::Up;
     let special = match to {
         DType::F8E8M0 => !default_e8m0,
@@ -57,11 +65,84 @@ pub fn cast_with(
     Tensor::from_bytes(to, x.shape(), &bytes)
 }
 
+/// A cast to or from a string tensor.
+pub fn cast_strings(x: &Tensor, to: DType) -> crate::Result<Tensor> {
+    let bad = |m: String| crate::Error::Tensor(m);
+    if x.dtype() == to {
+        return Ok(x.clone());
+    }
+    if to == DType::String {
+        let text: Vec<String> = match x.dtype() {
+            DType::F64 => x
+                .to_f64_vec()
+                .into_iter()
+                .map(|v| float_text(v, false))
+                .collect(),
+            DType::U64 => x.as_slice::<u64>()?.iter().map(u64::to_string).collect(),
+            d if d.is_int() || d == DType::Bool => {
+                x.to_i64_vec().iter().map(i64::to_string).collect()
+            }
+            d if d.is_bytes() => x
+                .to_f64_vec()
+                .into_iter()
+                .map(|v| float_text(v, true))
+                .collect(),
+            d => return Err(bad(format!("cannot cast {d} to strings"))),
+        };
+        return Tensor::from_strings(x.shape(), text);
+    }
+    if !to.is_bytes() {
+        return Err(bad(format!("cannot cast strings to {to}")));
+    }
+    let strings = x.strings()?;
+    if to.is_int() {
+        // Integers read exactly; a decimal ("100.5") truncates toward zero.
+        let ints = strings
+            .iter()
+            .map(|s| {
+                let t = s.trim();
+                t.parse::<i64>()
+                    .ok()
+                    .or_else(|| parse_float(t).map(|f| f as i64))
+                    .ok_or_else(|| bad(format!("string {s:?} is not a number")))
+            })
+            .collect::<crate::Result<Vec<i64>>>()?;
+        return Tensor::from_vec(x.shape(), ints)?.cast(to);
+    }
+    let floats = strings
+        .iter()
+        .map(|s| parse_float(s.trim()).ok_or_else(|| bad(format!("string {s:?} is not a number"))))
+        .collect::<crate::Result<Vec<f64>>>()?;
+    Tensor::from_vec(x.shape(), floats)?.cast(to)
+}
+
+/// A float as plain text (the shortest that reads back to the same f32 when `single`, f64
+/// otherwise), with ONNX's literals for the special values.
+fn float_text(v: f64, single: bool) -> String {
+    match v {
+        v if v.is_nan() => "NaN".into(),
+        f64::INFINITY => "INF".into(),
+        f64::NEG_INFINITY => "-INF".into(),
+        v if single => (v as f32).to_string(),
+        v => v.to_string(),
+    }
+}
+
+/// A number in plain or scientific form, or one of ONNX's literals (any case).
+fn parse_float(t: &str) -> Option<f64> {
+    match t.to_ascii_uppercase().as_str() {
+        "INF" | "+INF" => Some(f64::INFINITY),
+        "-INF" => Some(f64::NEG_INFINITY),
+        "NAN" | "+NAN" | "-NAN" => Some(f64::NAN),
+        _ => t.parse::<f64>().ok().filter(|v| v.is_finite()),
+    }
+}
+
 impl Op for Cast {
     op_common!(
         "Cast",
         Prototype {
-            inputs: &[input("input", DTypeSet::ANY)],
+            inputs: &[input("input", DTypeSet::ANY.union(DTypeSet::STRING))],
             outputs: &[output("output")],
             value_inputs: &[],
         }
@@ -98,8 +179,8 @@ impl Op for CastLike {
         "CastLike",
         Prototype {
             inputs: &[
-                input("input", DTypeSet::ANY),
-                input("target_type", DTypeSet::ANY),
+                input("input", DTypeSet::ANY.union(DTypeSet::STRING)),
+                input("target_type", DTypeSet::ANY.union(DTypeSet::STRING)),
             ],
             outputs: &[output("output")],
             value_inputs: &[],
@@ -148,6 +229,60 @@ impl Op for Identity {
 mod tests {
     use super::super::testutil::{f32s, run};
     use super::*;
+
+    #[test]
+    fn casts_to_and_from_strings() {
+        let x = Tensor::from_vec(
+            &[6],
+            vec![0.1f32, -2.5, 1e-7, 3e20, f32::INFINITY, f32::NAN],
+        )
+        .unwrap();
+        let s = Cast::new(DType::String)
+            .eval(&[Some(&x)])
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            s.strings().unwrap(),
+            [
+                "0.1",
+                "-2.5",
+                "0.0000001",
+                "300000000000000000000",
+                "INF",
+                "NaN"
+            ]
+        );
+        let back = Cast::new(DType::F32).eval(&[Some(&s)]).unwrap().remove(0);
+        assert_eq!(
+            back.as_slice::<f32>().unwrap()[..5],
+            x.as_slice::<f32>().unwrap()[..5]
+        );
+        assert!(back.as_slice::<f32>().unwrap()[5].is_nan());
+        let big = Tensor::from_vec(&[2], vec![i64::MAX, -7]).unwrap();
+        let s = Cast::new(DType::String)
+            .eval(&[Some(&big)])
+            .unwrap()
+            .remove(0);
+        assert_eq!(s.strings().unwrap(), ["9223372036854775807", "-7"]);
+        let text = ["1E8", " -inf", "+Inf", "100.5", "-3"]
+            .map(String::from)
+            .to_vec();
+        let t = Tensor::from_strings(&[5], text).unwrap();
+        let f = Cast::new(DType::F64).eval(&[Some(&t)]).unwrap().remove(0);
+        assert_eq!(
+            f.to_f64_vec(),
+            [1e8, f64::NEG_INFINITY, f64::INFINITY, 100.5, -3.0]
+        );
+        let two = Tensor::from_strings(&[2], vec!["100.5".into(), "-3".into()]).unwrap();
+        let i = Cast::new(DType::I32).eval(&[Some(&two)]).unwrap().remove(0);
+        assert_eq!(i.to_i64_vec(), [100, -3]);
+        let bad = Tensor::from_strings(&[1], vec!["Hello World!".into()]).unwrap();
+        let e = Cast::new(DType::F32)
+            .eval(&[Some(&bad)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Hello World!"), "{e}");
+    }
 
     #[test]
     fn casts() {
