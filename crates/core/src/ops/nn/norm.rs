@@ -31,6 +31,19 @@ fn channels(x: &[usize]) -> OpResult<usize> {
     Ok(x[1])
 }
 
+/// BatchNormalization's inputs and output, both forms.
+const BATCH_NORM: Prototype = Prototype {
+    inputs: &[
+        input("X", DTypeSet::FLOAT),
+        input("scale", DTypeSet::FLOAT),
+        input("B", DTypeSet::FLOAT),
+        input("input_mean", DTypeSet::FLOAT),
+        input("input_var", DTypeSet::FLOAT),
+    ],
+    outputs: &[output("Y")],
+    value_inputs: &[],
+};
+
 /// BatchNormalization in inference form: `(x - mean) / sqrt(var + epsilon) * scale + B`
 /// per channel.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -45,20 +58,7 @@ impl Default for BatchNorm {
 }
 
 impl Op for BatchNorm {
-    op_common!(
-        "BatchNormalization",
-        Prototype {
-            inputs: &[
-                input("X", DTypeSet::FLOAT),
-                input("scale", DTypeSet::FLOAT),
-                input("B", DTypeSet::FLOAT),
-                input("input_mean", DTypeSet::FLOAT),
-                input("input_var", DTypeSet::FLOAT),
-            ],
-            outputs: &[output("Y")],
-            value_inputs: &[],
-        }
-    );
+    op_common!("BatchNormalization", BATCH_NORM);
 
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
         let c = channels(ctx.shape(0)?)?;
@@ -102,20 +102,7 @@ pub struct BatchNormPerElement {
 }
 
 impl Op for BatchNormPerElement {
-    op_common!(
-        "BatchNormalization",
-        Prototype {
-            inputs: &[
-                input("X", DTypeSet::FLOAT),
-                input("scale", DTypeSet::FLOAT),
-                input("B", DTypeSet::FLOAT),
-                input("input_mean", DTypeSet::FLOAT),
-                input("input_var", DTypeSet::FLOAT),
-            ],
-            outputs: &[output("Y")],
-            value_inputs: &[],
-        }
-    );
+    op_common!("BatchNormalization", BATCH_NORM);
 
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
         let x = ctx.shape(0)?;
