@@ -82,17 +82,16 @@ fn compare_values(actual: &Tensor, expected: &Tensor, atol: f64, rtol: f64) -> C
         note,
     };
     if let (Ok(a), Ok(e)) = (actual.strings(), expected.strings()) {
-        let bad = a.iter().zip(e).filter(|(x, y)| x != y).count();
-        let note = match a.iter().zip(e).find(|(x, y)| x != y) {
-            Some((x, y)) => {
-                format!(
-                    "{bad} of {} strings differ (first: {x:?}, expected {y:?})",
-                    a.len()
-                )
-            }
+        let differ: Vec<_> = a.iter().zip(e).filter(|(x, y)| x != y).collect();
+        let note = match differ.first() {
+            Some((x, y)) => format!(
+                "{} of {} strings differ (first: {x:?}, expected {y:?})",
+                differ.len(),
+                a.len()
+            ),
             None => String::new(),
         };
-        return exact(bad == 0, note);
+        return exact(differ.is_empty(), note);
     }
     if let (Ok(a), Ok(e)) = (actual.sequence(), expected.sequence()) {
         if a.len() != e.len() {
