@@ -4,7 +4,7 @@
 //! output shapes and reuse the buffers of earlier runs; dynamic steps (see [`crate::infer`])
 //! infer their shapes from the actual tensors when they run.
 
-use crate::infer::{check_results, infer_node, node_error};
+use crate::infer::{check_prototype, check_results, infer_node, node_error};
 use crate::op::InferInput;
 use crate::registry::{Considered, Selection};
 use crate::{Error, Graph, Node, Op, OpResult, Result, Storage, Tensor, TensorInfo, ValueId};
@@ -630,23 +630,27 @@ impl Plan {
                 })
                 .collect();
             let by_running = step.output_types.is_none() && step.node.op.shapes_known_by_running();
+            let infer_inputs = || -> Vec<Option<InferInput>> {
+                ins.iter()
+                    .map(|t| {
+                        t.map(|t| InferInput {
+                            dtype: t.dtype(),
+                            shape: t.shape(),
+                            value: Some(t),
+                        })
+                    })
+                    .collect()
+            };
             let types = match &step.output_types {
                 Some(t) => t.clone(),
-                // Typed below, by what the kernel (the reference) produces.
-                None if by_running => Vec::new(),
-                None => {
-                    let infer_inputs: Vec<Option<InferInput>> = ins
-                        .iter()
-                        .map(|t| {
-                            t.map(|t| InferInput {
-                                dtype: t.dtype(),
-                                shape: t.shape(),
-                                value: Some(t),
-                            })
-                        })
-                        .collect();
-                    infer_node(&step.node, &infer_inputs)?
+                // Typed below, by what the kernel (the reference) produces; the inputs are
+                // still checked against the prototype, which inference never saw.
+                None if by_running => {
+                    check_prototype(step.node.op.as_ref(), &infer_inputs())
+                        .map_err(|e| node_error(&step.node, e))?;
+                    Vec::new()
                 }
+                None => infer_node(&step.node, &infer_inputs())?,
             };
             let mut outs = Vec::with_capacity(step.outputs.len());
             let writes = step.kernel.writes_into_outputs();

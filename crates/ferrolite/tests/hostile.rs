@@ -108,3 +108,16 @@ fn a_padded_convolution_over_an_empty_plane_gives_its_bias() {
         }
     }
 }
+
+/// An If whose condition the model declares a string tensor (found by `onnx_structured`): the
+/// node's inputs are checked against its prototype when it runs, as inference never types it.
+#[test]
+fn an_if_whose_condition_is_a_string_is_refused_by_name() {
+    let file = "tests/fuzz-regressions/onnx_structured/if-sequence-branches-panic";
+    let data = std::fs::read(repo().join(file)).unwrap();
+    let e = exercise::onnx(&data).unwrap_err().to_string();
+    assert!(
+        e.contains("If") && e.contains("cond") && e.contains("string"),
+        "{e}"
+    );
+}

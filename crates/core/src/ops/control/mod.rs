@@ -19,7 +19,7 @@ pub mod sequence_map;
 
 use crate::infer::infer_graph;
 use crate::plan::Plan;
-use crate::{DType, Graph, OpError, OpResult, Tensor, TensorInfo};
+use crate::{op_bail, DType, Graph, OpError, OpResult, Tensor, TensorInfo};
 use std::sync::{Arc, Mutex};
 
 /// Caps what every Loop in `graph`, at any depth of subgraphs, may hold in carried and scanned
@@ -169,7 +169,10 @@ pub(crate) fn truth(t: &Tensor, what: &str) -> OpResult<bool> {
         "{what} must hold one value, has shape {:?}",
         t.shape()
     );
-    Ok(t.to_f64_vec()[0] != 0.0)
+    match t.to_f64_vec().first() {
+        Some(v) => Ok(*v != 0.0),
+        None => op_bail!("{what} must be a number or a bool, is {}", t.dtype()),
+    }
 }
 
 /// Bytes of one step along `axis`, and how many such runs there are before it.
