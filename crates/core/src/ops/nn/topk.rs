@@ -95,6 +95,11 @@ impl Op for TopK {
         let (outer, len, inner) = split_at_axis(x.shape(), axis);
         let mut values = Tensor::zeros(x.dtype(), &shape)?;
         let mut indices = vec![0i64; values.numel()];
+        if values.numel() == 0 {
+            // Nothing to pick; the loops below would still walk the (possibly huge) outer
+            // dims of an empty input.
+            return Ok(vec![values, Tensor::from_vec(&shape, indices)?]);
+        }
         dispatch_all!(x.dtype(), T => {
             let xs = x.as_slice::<T>()?;
             let vs = values.as_mut_slice::<T>()?;
