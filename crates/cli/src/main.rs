@@ -58,8 +58,8 @@ struct EngineArgs {
     /// Subgraphs smaller than this many ops (counted by work) stay on the CPU.
     #[arg(long, value_name = "N")]
     min_subgraph_ops: Option<u64>,
-    /// The CPU kernels' instruction set: portable, avx2 or avx512 (default: FERROLITE_ISA,
-    /// else the best this CPU has).
+    /// The CPU kernels' instruction set: portable, avx2 or avx512 on x86-64, portable, neon or
+    /// neon-dot on aarch64 (default: FERROLITE_ISA, else the best this CPU has).
     #[arg(long, value_name = "ISA")]
     isa: Option<String>,
     /// Refuse plans needing more memory than this (weights, arena and prepacked weights):

@@ -710,7 +710,9 @@ impl Kernel for DepthwiseKernel {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
                 Isa::Avx2Fma | Isa::Avx512 => unsafe { plane_avx2(&p, x, w, b, act, out, scratch) },
-                Isa::Portable => plane::<false>(Isa::Portable, &p, x, w, b, act, out, scratch),
+                // Portable and NEON: the plain loops (NEON is aarch64's baseline, so they
+                // vectorise to it there).
+                _ => plane::<false>(isa, &p, x, w, b, act, out, scratch),
             }
         };
         // About 64K multiply-adds per task.
@@ -764,7 +766,7 @@ impl DepthwiseKernel {
                 Isa::Avx2Fma | Isa::Avx512 => unsafe {
                     blocked_avx2(&p, &tp, x, w, &bl, act, y, nc, buf)
                 },
-                Isa::Portable => blocked::<false>(&p, &tp, x, w, &bl, act, y, nc, buf),
+                _ => blocked::<false>(&p, &tp, x, w, &bl, act, y, nc, buf),
             }
         };
         // Each batch item's planes split into blocks of 8 (the last may be short).
@@ -844,7 +846,7 @@ mod bench {
             let wb = pack_weights(&w, c, k * k);
             let tp = Taps::new(&p);
             let mut y = vec![0.0f32; c * o * o];
-            let mut buf = Vec::new();
+            let mut buf: Vec<f32> = Vec::new();
             let mut scratch = PlaneScratch::new(&p);
             let reps = (4_000_000 / (c * o * o * k * k)).max(2);
             let mut dt_row = f64::MAX;

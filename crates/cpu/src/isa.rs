@@ -19,9 +19,18 @@ pub enum Isa {
     /// (x86-64 since Skylake-SP and Zen 4; every such CPU has AVX2 and FMA).
     #[cfg(target_arch = "x86_64")]
     Avx512,
+    /// NEON (Advanced SIMD, with its fused multiply-add): aarch64's baseline, so every aarch64
+    /// CPU has it.
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    /// NEON plus the dot-product extension (`SDOT`, Armv8.2's FEAT_DotProd, detected at run
+    /// time): the int8 kernels take four byte products per lane and instruction.
+    #[cfg(target_arch = "aarch64")]
+    NeonDot,
 }
 
-/// The environment variable that forces an ISA (`portable`, `avx2`, `avx512`).
+/// The environment variable that forces an ISA (`portable`, `avx2`, `avx512`, `neon`,
+/// `neon-dot`).
 pub const ISA_ENV: &str = "FERROLITE_ISA";
 
 impl Isa {
@@ -37,6 +46,13 @@ impl Isa {
                     && is_x86_feature_detected!("avx512dq");
                 return if avx512 { Isa::Avx512 } else { Isa::Avx2Fma };
             }
+            #[cfg(target_arch = "aarch64")]
+            return if std::arch::is_aarch64_feature_detected!("dotprod") {
+                Isa::NeonDot
+            } else {
+                Isa::Neon
+            };
+            #[allow(unreachable_code)]
             Isa::Portable
         })
     }
@@ -44,10 +60,34 @@ impl Isa {
     /// Whether the AVX2 + FMA kernels may run (`Avx2Fma`, and `Avx512`, whose CPUs have both).
     pub fn has_avx2(self) -> bool {
         match self {
-            Isa::Portable => false,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2Fma | Isa::Avx512 => true,
+            _ => false,
         }
+    }
+
+    /// Whether the NEON kernels may run (`Neon` and `NeonDot`).
+    pub fn has_neon(self) -> bool {
+        match self {
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon | Isa::NeonDot => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the int8 kernels may use `SDOT` (`NeonDot`).
+    pub fn has_dotprod(self) -> bool {
+        match self {
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the kernels may use fused multiply-adds (`f32::mul_add` is one instruction):
+    /// every ISA but the portable one.
+    pub fn has_fma(self) -> bool {
+        self != Isa::Portable
     }
 
     /// Whether the 512-bit kernels may run (`Avx512`).
@@ -68,17 +108,25 @@ impl Isa {
             Isa::Avx2Fma => all.push(Isa::Avx2Fma),
             Isa::Avx512 => all.extend([Isa::Avx2Fma, Isa::Avx512]),
         }
+        #[cfg(target_arch = "aarch64")]
+        match Isa::detect() {
+            Isa::NeonDot => all.extend([Isa::Neon, Isa::NeonDot]),
+            _ => all.push(Isa::Neon),
+        }
         all
     }
 
-    /// The ISA named `name` (`portable`, `avx2`), when this CPU can run it.
+    /// The ISA named `name` (`portable`, `avx2`, `avx512`, `neon`, `neon-dot`), when this CPU
+    /// can run it.
     pub fn parse(name: &str) -> Result<Isa, String> {
-        let known = "portable, avx2, avx512";
+        let known = "portable, avx2, avx512, neon, neon-dot";
         let name = name.trim().to_ascii_lowercase();
         let wanted = match name.as_str() {
             "portable" => return Ok(Isa::Portable),
             "avx2" => "avx2",
             "avx512" => "avx512",
+            "neon" => "neon",
+            "neon-dot" => "neon-dot",
             other => return Err(format!("unknown ISA '{other}'; known ISAs: {known}")),
         };
         Isa::available()
@@ -107,6 +155,10 @@ impl Isa {
             Isa::Avx2Fma => "avx2",
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => "avx512",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => "neon",
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot => "neon-dot",
         }
     }
 
@@ -125,6 +177,10 @@ impl fmt::Display for Isa {
             Isa::Avx2Fma => write!(f, "avx2+fma"),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => write!(f, "avx512f+bw+vl+dq"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => write!(f, "neon+fma"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot => write!(f, "neon+fma+dotprod"),
         }
     }
 }
@@ -140,5 +196,24 @@ mod tests {
         }
         assert!(Isa::parse("sse9").unwrap_err().contains("unknown ISA"));
         assert_eq!(Isa::select(Some("portable")), Ok(Isa::Portable));
+    }
+
+    /// What the kernel tests run on this machine (CI prints it): every aarch64 CPU has NEON,
+    /// and the dot product where the CPU says so.
+    #[test]
+    fn available_isas_follow_the_cpu() {
+        let all = Isa::available();
+        eprintln!("ISAs tested: {}", Isa::names());
+        assert_eq!(all[0], Isa::Portable);
+        assert_eq!(Isa::detect(), *all.last().unwrap());
+        #[cfg(target_arch = "aarch64")]
+        {
+            assert!(all.contains(&Isa::Neon));
+            let dot = std::arch::is_aarch64_feature_detected!("dotprod");
+            assert_eq!(all.contains(&Isa::NeonDot), dot);
+            assert_eq!(Isa::parse("neon-dot").is_ok(), dot);
+        }
+        #[cfg(target_arch = "x86_64")]
+        assert!(Isa::parse("neon").unwrap_err().contains("lacks neon"));
     }
 }

@@ -62,7 +62,8 @@ struct SoftmaxKernel {
     log: bool,
 }
 
-/// Softmax of one contiguous row; compiled for AVX-512 or AVX2 + FMA where the CPU has them.
+/// Softmax of one contiguous row; compiled for AVX-512 or AVX2 + FMA where the CPU has them,
+/// with fused multiply-adds under NEON.
 fn row(isa: Isa, x: &[f32], y: &mut [f32], log: bool) {
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx512() {
@@ -77,6 +78,10 @@ fn row(isa: Isa, x: &[f32], y: &mut [f32], log: bool) {
         // target_feature function, whose body is safe code.
         unsafe { row_avx2(x, y, log) };
         return;
+    }
+    // NEON is aarch64's baseline, `mul_add` one instruction there.
+    if isa.has_neon() {
+        return row_impl::<true>(x, y, log);
     }
     row_impl::<false>(x, y, log)
 }

@@ -53,7 +53,7 @@ pub struct SessionOptions {
     pub device: DeviceOption,
     /// How the graph is split between the device and the CPU.
     pub partition: PartitionOptions,
-    /// The CPU kernels' instruction set by name (`portable`, `avx2`, `avx512`); `None`: the
+    /// The CPU kernels' instruction set by name (`portable`, `avx2`, `avx512`; `neon`, `neon-dot` on aarch64); `None`: the
     /// `FERROLITE_ISA` environment variable, else the best this CPU has.
     pub isa: Option<String>,
     /// The most bytes a session may plan for one input-shape signature: its weights, the
@@ -110,8 +110,9 @@ impl SessionOptions {
         self
     }
 
-    /// Forces the CPU kernels' instruction set (`portable`, `avx2`, `avx512`), for debugging and tests;
-    /// one the CPU lacks is an error when the session is made.
+    /// Forces the CPU kernels' instruction set (`portable`, `avx2`, `avx512`, `neon`,
+    /// `neon-dot`), for debugging and tests; one the CPU lacks is an error when the session is
+    /// made.
     pub fn with_isa(mut self, isa: impl Into<String>) -> Self {
         self.isa = Some(isa.into());
         self

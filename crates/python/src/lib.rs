@@ -293,9 +293,10 @@ fn to_numpy(py: Python<'_>, t: &Tensor) -> PyResult<PyObject> {
 /// it (a module built with the `gpu` feature) and the rest on the CPU; `"fake"`,
 /// `"fake:ops=Conv+Relu"`, `"fake:fail=run"` select the test suite's fake device. A subgraph the
 /// device cannot compile or run falls back to the CPU; `warnings` lists those. `isa="portable"`
-/// (or `"avx2"`, `"avx512"`) forces the CPU kernels' instruction set (default: `FERROLITE_ISA`, else the
-/// best the CPU has). `max_memory` (bytes) caps what a run's plan may need: weights, the arena
-/// of intermediates and prepacked weights; a plan over it raises before allocating.
+/// (or `"avx2"`, `"avx512"`; `"neon"`, `"neon-dot"` on aarch64) forces the CPU kernels'
+/// instruction set (default: `FERROLITE_ISA`, else the best the CPU has). `max_memory` (bytes)
+/// caps what a run's plan may need: weights, the arena of intermediates and prepacked weights;
+/// a plan over it raises before allocating.
 /// `precision="accurate"` picks f32 kernels within a few ulps of the direct sum (no Winograd
 /// F(4x4, 3x3)) for deep networks whose outputs must stay close to a reference. A session can be used from several Python threads at once; the GIL is
 /// released while the engine runs.

@@ -79,7 +79,7 @@ fn reorder_block(isa: Isa, to_blocked: bool, src: &[f32], dst: &mut [f32], hw: u
         // SAFETY: the CPU has AVX2 (the Isa was detected); both slices hold 8 x hw values
         // (asserted).
         Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::reorder_block(to_blocked, src, dst, hw) },
-        Isa::Portable => 0,
+        _ => 0,
     };
     for p in done..hw {
         for j in 0..B {
@@ -136,7 +136,8 @@ pub(crate) fn activate_row(isa: Isa, act: Option<UnaryKind>, row: &mut [f32]) {
         // SAFETY: the CPU has AVX2 (the Isa was detected), the only requirement of the
         // target_feature function, whose body is safe code.
         Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::activate(act, row) },
-        Isa::Portable => activate(act, row),
+        // NEON is aarch64's baseline: the plain loops vectorise to it.
+        _ => activate(act, row),
     }
 }
 

@@ -24,6 +24,8 @@
 //! used by the zero-point corrections are over the real `k` only.
 
 mod line_bytes;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
@@ -53,6 +55,12 @@ pub enum QPath {
     /// enough to pay ([`QPath::amx_if_pays`]); the AVX-512 epilogue.
     #[cfg(target_arch = "x86_64")]
     Amx,
+    /// Baseline NEON `SMULL` + `SADALP` on byte quads (aarch64 without the dot product).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    /// NEON `SDOT` on byte quads (aarch64 with FEAT_DotProd).
+    #[cfg(target_arch = "aarch64")]
+    NeonDot,
 }
 
 /// How `k` is grouped in packed operands.
@@ -82,6 +90,10 @@ impl QPath {
             Isa::Avx512 if avx_vnni() => QPath::AvxVnni,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => QPath::Avx2,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => QPath::Neon,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot => QPath::NeonDot,
         }
     }
 
@@ -107,6 +119,13 @@ impl QPath {
                 }
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        for isa in Isa::available() {
+            let path = QPath::for_isa(isa);
+            if !v.contains(&path) {
+                v.push(path);
+            }
+        }
         v
     }
 
@@ -122,6 +141,10 @@ impl QPath {
             QPath::Avx512Vnni => (x86::VNNI_MR, x86::VNNI_NR),
             #[cfg(target_arch = "x86_64")]
             QPath::Amx => (x86::AMX_MR, x86::AMX_NR),
+            #[cfg(target_arch = "aarch64")]
+            QPath::Neon => (neon::NEON_MR, neon::NEON_NR),
+            #[cfg(target_arch = "aarch64")]
+            QPath::NeonDot => (neon::DOT_MR, neon::DOT_NR),
         }
     }
 
@@ -152,6 +175,10 @@ impl QPath {
             QPath::Avx512Vnni => "avx512-vnni",
             #[cfg(target_arch = "x86_64")]
             QPath::Amx => "amx",
+            #[cfg(target_arch = "aarch64")]
+            QPath::Neon => "neon smull",
+            #[cfg(target_arch = "aarch64")]
+            QPath::NeonDot => "neon sdot",
         }
     }
 
@@ -745,6 +772,11 @@ impl Product<'_> {
             !rows_zero_used || p.sums.len() == p.len,
             "integer GEMM panels packed without the column sums their zero points need"
         );
+        let signed = if r.signed { r } else { p };
+        op_ensure!(
+            signed.sums.len() == signed.len,
+            "integer GEMM's signed operand packed without its sums"
+        );
         let (m, n, k) = (r.len, p.len, r.k);
         if m == 0 || n == 0 {
             return Ok(());
@@ -1093,6 +1125,32 @@ impl Product<'_> {
                     // (`Product::run`).
                     #[cfg(target_arch = "x86_64")]
                     QPath::Amx => unsafe { x86::tile_amx(rb, pb, kq, r.signed, tile) },
+                    #[cfg(target_arch = "aarch64")]
+                    QPath::Neon | QPath::NeonDot => {
+                        if r.path == QPath::NeonDot {
+                            neon::tile_dot(rb, pb, kq, r.signed, tile);
+                        } else {
+                            neon::tile_neon(rb, pb, kq, r.signed, tile);
+                        }
+                        // The tile holds sum (u - 128) s (see the neon module): add back
+                        // 128 times the signed operand's sums (present: checked in `run`).
+                        let (m0, n0) = (ib * mr, jp * nr);
+                        if r.signed {
+                            let sums = &r.sums[m0..(m0 + mr).min(r.len)];
+                            for (row, &s) in tile.chunks_exact_mut(nr).zip(sums) {
+                                for t in row {
+                                    *t = t.wrapping_add(s.wrapping_mul(128));
+                                }
+                            }
+                        } else {
+                            let sums = &p.sums[n0..(n0 + nr).min(p.len)];
+                            for row in tile.chunks_exact_mut(nr) {
+                                for (t, &s) in row.iter_mut().zip(sums) {
+                                    *t = t.wrapping_add(s.wrapping_mul(128));
+                                }
+                            }
+                        }
+                    }
                     _ => tile_portable(rb, pb, kq, mr, nr, r.signed, tile),
                 }
             }
@@ -1121,7 +1179,9 @@ impl Product<'_> {
             QPath::Avx2 | QPath::AvxVnni => self.epilogue_avx2(m0, n0, tile, nr, sink),
             #[cfg(target_arch = "x86_64")]
             QPath::Avx512Vnni | QPath::Amx => self.epilogue_avx512(m0, n0, tile, nr, sink),
-            QPath::Portable => self.epilogue_body(m0, n0, tile, nr, sink),
+            // Portable and NEON (aarch64's baseline, which the plain loops vectorise to).
+            #[allow(unreachable_patterns)]
+            _ => self.epilogue_body(m0, n0, tile, nr, sink),
         }
     }
 

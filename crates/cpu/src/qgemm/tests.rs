@@ -377,6 +377,16 @@ fn available_paths_follow_the_cpu() {
             avx512 && has("avx512vnni") && amx && x86::amx_ready()
         );
     }
+    // Every aarch64 CPU has NEON; SDOT where it has the dot product (qemu's `-cpu max` does,
+    // `-cpu cortex-a72` does not).
+    #[cfg(target_arch = "aarch64")]
+    {
+        assert!(paths.contains(&QPath::Neon));
+        assert_eq!(
+            paths.contains(&QPath::NeonDot),
+            std::arch::is_aarch64_feature_detected!("dotprod")
+        );
+    }
 }
 
 /// MatMulIntegerToFloat's layout: unsigned activations as the rows (one zero point), signed

@@ -115,6 +115,11 @@ impl Problem<'_> {
                     Isa::Avx2Fma | Isa::Avx512 => unsafe {
                         super::avx2::gemv_strip(kc, a.as_ptr(), k, m, b.as_ptr(), bs, acc)
                     },
+                    #[cfg(target_arch = "aarch64")]
+                    // SAFETY: NEON is aarch64's baseline; a and b as above.
+                    Isa::Neon | Isa::NeonDot => unsafe {
+                        super::neon::gemv_strip(kc, a.as_ptr(), k, m, b.as_ptr(), bs, acc)
+                    },
                 }
             }
         }

@@ -10,6 +10,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod gemv;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use std::cell::RefCell;
@@ -537,6 +539,13 @@ impl Problem<'_> {
                 debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
                 avx512::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
             },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: NEON is aarch64's baseline; a and b as above.
+            Isa::Neon | Isa::NeonDot => unsafe {
+                debug_assert!(a.len() >= rows.div_ceil(MR) * kc * MR);
+                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
+                neon::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
+            },
             Isa::Portable => {
                 for (ip, i) in (0..rows).step_by(MR).enumerate() {
                     let apanel = &a[ip * kc * MR..][..kc * MR];
@@ -589,6 +598,11 @@ impl Problem<'_> {
             // and b hold what the caller vouches for.
             Isa::Avx512 => unsafe {
                 avx512::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
+            },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: NEON is aarch64's baseline; a and b hold what the caller vouches for.
+            Isa::Neon | Isa::NeonDot => unsafe {
+                neon::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
             },
             Isa::Portable => {
                 for jp in 0..panels {
