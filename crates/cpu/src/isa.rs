@@ -75,21 +75,6 @@ impl Isa {
         }
     }
 
-    /// Whether the int8 kernels may use `SDOT` (`NeonDot`).
-    pub fn has_dotprod(self) -> bool {
-        match self {
-            #[cfg(target_arch = "aarch64")]
-            Isa::NeonDot => true,
-            _ => false,
-        }
-    }
-
-    /// Whether the kernels may use fused multiply-adds (`f32::mul_add` is one instruction):
-    /// every ISA but the portable one.
-    pub fn has_fma(self) -> bool {
-        self != Isa::Portable
-    }
-
     /// Whether the 512-bit kernels may run (`Avx512`).
     pub fn has_avx512(self) -> bool {
         match self {

@@ -304,8 +304,19 @@ fn row_neon(
             // the image (RowPlan), their weights inside `w` (asserted), and pixels
             // first + i.. first + i + $p inside `out` (i + $p <= n, inner.end <= ow).
             unsafe {
-                inner_neon::<$p>(x, wp, bias, plan.kh.clone(), row, kw, x0 + i * sw, sw, dw)
-                    .store(o.add((first + i) * B))
+                let out = o.add((first + i) * B);
+                inner_neon::<$p>(
+                    x,
+                    wp,
+                    bias,
+                    plan.kh.clone(),
+                    row,
+                    kw,
+                    x0 + i * sw,
+                    sw,
+                    dw,
+                    out,
+                )
             };
             i += $p;
         }};
@@ -324,31 +335,13 @@ fn row_neon(
     }
 }
 
-/// `P` pixels' sums in NEON registers, two vectors a pixel.
-#[cfg(target_arch = "aarch64")]
-struct NeonPixels<const P: usize>([[std::arch::aarch64::float32x4_t; 2]; P]);
-
-#[cfg(target_arch = "aarch64")]
-impl<const P: usize> NeonPixels<P> {
-    /// # Safety
-    /// `out` must hold `P * 8` floats.
-    unsafe fn store(&self, out: *mut f32) {
-        use std::arch::aarch64::*;
-        for (p, a) in self.0.iter().enumerate() {
-            // SAFETY: the caller's contract.
-            unsafe {
-                vst1q_f32(out.add(p * B), a[0]);
-                vst1q_f32(out.add(p * B + 4), a[1]);
-            }
-        }
-    }
-}
-
-/// `P` inner pixels from column `col` (`sw` apart): bias plus, over kernel rows `kh` (row
-/// `r(kh)` of the image) and `kw` taps `dw` apart, input times weight (`[KH][KW][8]`).
+/// `P` inner pixels from column `col` (`sw` apart), stored at `out`: bias plus, over kernel
+/// rows `kh` (row `r(kh)` of the image) and `kw` taps `dw` apart, input times weight
+/// (`[KH][KW][8]`).
 ///
 /// # Safety
-/// Every tap must lie inside the plane at `x` and its weight inside `w`.
+/// Every tap must lie inside the plane at `x` and its weight inside `w`; `out` must hold
+/// `P * 8` floats.
 #[cfg(target_arch = "aarch64")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
@@ -362,7 +355,8 @@ unsafe fn inner_neon<const P: usize>(
     col: usize,
     sw: usize,
     dw: usize,
-) -> NeonPixels<P> {
+    out: *mut f32,
+) {
     use std::arch::aarch64::*;
     // SAFETY: the caller's contract; `bias` holds eight values.
     unsafe {
@@ -381,7 +375,10 @@ unsafe fn inner_neon<const P: usize>(
                 }
             }
         }
-        NeonPixels(acc)
+        for (p, a) in acc.iter().enumerate() {
+            vst1q_f32(out.add(p * B), a[0]);
+            vst1q_f32(out.add(p * B + 4), a[1]);
+        }
     }
 }
 
