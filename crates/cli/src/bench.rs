@@ -23,6 +23,8 @@ pub struct BenchArgs<'a> {
     pub json: bool,
     pub profile: bool,
     pub serve: bool,
+    /// Sessions running at once, each on its own thread (throughput mode when given).
+    pub sessions: Option<usize>,
     pub options: SessionOptions,
 }
 
@@ -36,6 +38,9 @@ struct Profile {
 }
 
 pub fn bench(a: &BenchArgs) -> Result<()> {
+    if let Some(sessions) = a.sessions {
+        return throughput(a, sessions.max(1));
+    }
     // What the process holds before the model: its code, libraries and runtime, which the
     // session's own memory is measured above.
     let before = rss_bytes("VmRSS:");
@@ -516,6 +521,99 @@ fn serve(
                 json_str(&format!("unknown command '{other}'"))
             ))?,
         }
+    }
+    Ok(())
+}
+
+/// `--sessions N`: N sessions of the model, each run back to back on its own thread for the
+/// same time (or number of runs each); reports inferences per second over all of them. This is
+/// what a server with N sessions per model can at best sustain (`ferrolite serve
+/// --sessions N`).
+fn throughput(a: &BenchArgs, sessions: usize) -> Result<()> {
+    let mut options = a.options.clone();
+    if sessions > 1 {
+        // Pinned, every session's threads would share the first CPUs.
+        options = options.with_thread_pinning(false);
+    }
+    let model = ferrolite::load_path(a.model)?;
+    let list = (0..sessions)
+        .map(|_| Session::from_model(model.clone(), options.clone()))
+        .collect::<Result<Vec<_>>>()?;
+    let inputs = collect_inputs(&list[0], a.inputs, a.shapes, a.seed)?;
+    let named: Vec<(&str, Tensor)> = inputs
+        .iter()
+        .map(|(n, t, _)| (n.as_str(), t.clone()))
+        .collect();
+    for s in &list {
+        for _ in 0..a.warmup.max(1) {
+            s.run(&named)?;
+        }
+    }
+    let seconds = match (a.iters, a.seconds) {
+        (Some(_), _) => None,
+        (None, s) => Some(s.unwrap_or(DEFAULT_SECONDS)),
+    };
+    let start = Instant::now();
+    let per_session: Vec<Result<Vec<Duration>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = list
+            .iter()
+            .map(|s| {
+                let named = &named;
+                scope.spawn(move || {
+                    let mut times = Vec::new();
+                    loop {
+                        let t = Instant::now();
+                        s.run(named)?;
+                        times.push(t.elapsed());
+                        let done = match (a.iters, seconds) {
+                            (Some(n), _) => times.len() >= n.max(1),
+                            (None, Some(limit)) => start.elapsed().as_secs_f64() >= limit,
+                            _ => true,
+                        };
+                        if done {
+                            return Ok(times);
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Other("a run panicked".into())))
+            })
+            .collect()
+    });
+    let wall = start.elapsed().as_secs_f64();
+    let mut times = Vec::new();
+    for t in per_session {
+        times.extend(t?);
+    }
+    let stats = Stats::of(&times).ok_or_else(|| Error::Other("no timed runs".into()))?;
+    let per_s = times.len() as f64 / wall;
+    let threads = list[0].threads();
+    if a.json {
+        println!(
+            "{{\"model\": {}, \"sessions\": {sessions}, \"threads\": {threads}, \"runs\": {}, \"seconds\": {wall:.3}, \"throughput_per_s\": {per_s:.2}, \"median_ms\": {:.3}, \"p90_ms\": {:.3}, \"isa\": {}}}",
+            json_str(&a.model.display().to_string()),
+            times.len(),
+            stats.median,
+            stats.p90,
+            json_str(&list[0].cpu_description()),
+        );
+    } else {
+        println!("model       {}", a.model.display());
+        println!("backend     {}", list[0].cpu_description());
+        println!("sessions    {sessions} x {threads} thread(s), run at once");
+        println!(
+            "throughput  {per_s:.1} inferences/s ({} runs in {wall:.2} s)",
+            times.len()
+        );
+        println!(
+            "latency     median {:.3} ms, p90 {:.3} ms, max {:.3} ms",
+            stats.median, stats.p90, stats.max
+        );
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! The `ferrolite` command-line tool: run, bench, check, info, dump, explain.
+//! The `ferrolite` command-line tool: run, bench, check, info, dump, explain, opt, serve.
 
 mod bench;
 mod check;
@@ -167,6 +167,10 @@ enum Command {
         /// Persistent process for scripts: answers `run K` lines on stdin with JSON.
         #[arg(long, hide = true)]
         serve: bool,
+        /// Throughput: N sessions run at once, each on its own thread; prints inferences/s
+        /// (what `serve --sessions N` can at best sustain).
+        #[arg(long, value_name = "N", conflicts_with_all = ["profile", "serve"])]
+        sessions: Option<usize>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -268,6 +272,45 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Serve every model of a folder over the Open Inference Protocol (KServe v2), REST and
+    /// gRPC, until SIGTERM (docs/serving.md).
+    #[cfg(feature = "serve")]
+    Serve {
+        /// One folder per model, named as clients will call it, holding an ONNX file, a Paddle
+        /// model or a ferrolite .flm file (Triton's numbered version folders are read too).
+        #[arg(long, value_name = "DIR")]
+        model_repository: PathBuf,
+        /// Address to listen on.
+        #[arg(long, default_value = "0.0.0.0")]
+        host: std::net::IpAddr,
+        /// REST port (0: any free port, given in the "listening" log line).
+        #[arg(long, default_value_t = 8000)]
+        http_port: u16,
+        /// gRPC port (0: any free port).
+        #[arg(long, default_value_t = 8001)]
+        grpc_port: u16,
+        /// Sessions per model: requests that run at once.
+        #[arg(long, default_value_t = 1)]
+        sessions: usize,
+        /// Threads per session.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Requests per model that may wait for a session; beyond it they get 503 / UNAVAILABLE.
+        #[arg(long, default_value_t = 64)]
+        queue_size: usize,
+        /// Largest request body (REST) or message (gRPC), in MiB.
+        #[arg(long, default_value_t = 64)]
+        max_body_mb: usize,
+        /// The CPU kernels' instruction set (as for the other commands).
+        #[arg(long, value_name = "ISA")]
+        isa: Option<String>,
+        /// Log every request (JSON lines on stderr, as the other logs).
+        #[arg(long)]
+        log_requests: bool,
+        /// Threads that accept, parse and answer requests (0: one per 8 cores, 1 to 4).
+        #[arg(long, default_value_t = 0)]
+        io_threads: usize,
+    },
 }
 
 /// Rust ignores SIGPIPE, so printing to a closed pipe (`ferrolite info m.onnx | head`) would
@@ -324,6 +367,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
             json,
             profile,
             serve,
+            sessions,
             engine,
         } => {
             bench::bench(&bench::BenchArgs {
@@ -337,6 +381,7 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
                 json,
                 profile,
                 serve,
+                sessions,
                 options: engine.options()?,
             })?;
             Ok(ExitCode::SUCCESS)
@@ -441,6 +486,38 @@ fn run(command: Command) -> ferrolite::Result<ExitCode> {
         } => {
             let session = open_session(&model, params.as_deref(), engine.options()?)?;
             explain::explain(&session, &shape, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        #[cfg(feature = "serve")]
+        Command::Serve {
+            model_repository,
+            host,
+            http_port,
+            grpc_port,
+            sessions,
+            threads,
+            queue_size,
+            max_body_mb,
+            isa,
+            log_requests,
+            io_threads,
+        } => {
+            let options = ferrolite_serve::ServeOptions {
+                model_repository,
+                host,
+                http_port,
+                grpc_port,
+                pool: ferrolite_serve::model::PoolOptions {
+                    sessions,
+                    threads,
+                    queue_size,
+                    isa,
+                },
+                max_body_bytes: max_body_mb.saturating_mul(1 << 20),
+                debug_log: log_requests,
+                io_threads,
+            };
+            ferrolite_serve::run(options).map_err(ferrolite::Error::Other)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Passes => {

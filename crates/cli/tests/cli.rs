@@ -161,3 +161,37 @@ fn two_processes_share_an_optimized_files_pages() {
         "the mapping is not shared: Rss {rss} kB, Pss {pss} kB"
     );
 }
+
+/// `bench --sessions N`: N sessions run at once, every run counted.
+#[test]
+fn bench_sessions_reports_throughput_over_all_sessions() {
+    let model = repo().join("models/ppocr_cls/model.onnx");
+    let out = ok(bin()
+        .args([
+            "bench",
+            "--sessions",
+            "2",
+            "--iters",
+            "4",
+            "--warmup",
+            "1",
+            "--json",
+            "--shape",
+            "x=1x3x48x192",
+        ])
+        .arg(&model));
+    let line = out
+        .lines()
+        .find(|l| l.contains("throughput_per_s"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("\"sessions\": 2"), "{line}");
+    // Each of the 2 sessions ran its 4 timed runs.
+    assert!(line.contains("\"runs\": 8"), "{line}");
+    let per_s: f64 = line
+        .split("\"throughput_per_s\": ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(per_s > 0.0, "{line}");
+}
