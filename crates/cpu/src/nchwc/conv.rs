@@ -254,7 +254,8 @@ impl ConvKernel {
                 unsafe { portable(t, n, nb, out, plane) }
             }),
         }
-        if self.act.is_some() && clamp_of(self.act).is_none() {
+        let in_tiles = self.isa == Isa::Avx512 && hard_of(self.act).is_some();
+        if self.act.is_some() && clamp_of(self.act).is_none() && !in_tiles {
             for oy in rows {
                 for b in ob..ob + nb {
                     // SAFETY: this call owns output rows `rows` of blocks ob..ob + nb (the
@@ -295,6 +296,8 @@ impl ConvKernel {
         let chunk = (256 / per_group.max(1)).clamp(1, l.groups.max(1));
         let chunks = l.groups.div_ceil(chunk);
         let clamp = clamp_of(self.act);
+        // The AVX-512 tiles apply HardSigmoid and HardSwish in their registers.
+        let hard = hard_of(self.act).filter(|_| self.isa == Isa::Avx512);
         for ci in 0..chunks {
             let groups = ci * chunk..((ci + 1) * chunk).min(l.groups.max(1));
             for oy in rows.clone() {
@@ -315,6 +318,7 @@ impl ConvKernel {
                         groups: groups.clone(),
                         accumulate: ci > 0,
                         clamp: clamp.filter(|_| ci + 1 == chunks),
+                        hard: hard.filter(|_| ci + 1 == chunks),
                         taps: &self.taps,
                         px_step: sw * l.pixel,
                         w: &self.weights[ob * B / wb * wlen..],
@@ -404,6 +408,31 @@ impl Kernel for ConvKernel {
     }
 }
 
+/// `clamp(alpha x + beta, 0, 1)`, times `x` when `times_x`: HardSigmoid and HardSwish.
+#[derive(Clone, Copy, Debug)]
+struct Hard {
+    alpha: f32,
+    beta: f32,
+    times_x: bool,
+}
+
+/// The activations the AVX-512 tiles apply in their registers beyond Relu and Clip.
+fn hard_of(act: Option<UnaryKind>) -> Option<Hard> {
+    match act? {
+        UnaryKind::HardSigmoid { alpha, beta } => Some(Hard {
+            alpha,
+            beta,
+            times_x: false,
+        }),
+        UnaryKind::HardSwish => Some(Hard {
+            alpha: 1.0 / 6.0,
+            beta: 0.5,
+            times_x: true,
+        }),
+        _ => None,
+    }
+}
+
 /// One row tile's operands.
 struct Tile<'a> {
     /// The input from the tile's first window.
@@ -415,6 +444,8 @@ struct Tile<'a> {
     accumulate: bool,
     /// Bounds every final value is clamped to (Relu, Clip).
     clamp: Option<(f32, f32)>,
+    /// HardSigmoid or HardSwish on every final value (AVX-512 tiles only, see [`hard_of`]).
+    hard: Option<Hard>,
     taps: &'a [usize],
     px_step: usize,
     /// The first block's weights and the distance to the next vector's (of `wblock` output
@@ -812,10 +843,16 @@ mod avx512 {
         }
     }
 
-    /// `v` clamped to the tile's bounds, as the AVX2 tile's `clamp`.
+    /// `v` clamped to the tile's bounds, as the AVX2 tile's `clamp`, or through its
+    /// HardSigmoid or HardSwish.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
     #[inline]
     fn clamp(t: &Tile, v: __m512) -> __m512 {
+        if let Some(h) = t.hard {
+            let g = _mm512_fmadd_ps(v, _mm512_set1_ps(h.alpha), _mm512_set1_ps(h.beta));
+            let g = _mm512_min_ps(_mm512_max_ps(g, _mm512_setzero_ps()), _mm512_set1_ps(1.0));
+            return if h.times_x { _mm512_mul_ps(v, g) } else { g };
+        }
         match t.clamp {
             Some((lo, hi)) => {
                 _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi))
