@@ -254,7 +254,7 @@ impl ConvKernel {
                 unsafe { portable(t, n, nb, out, plane) }
             }),
         }
-        let in_tiles = self.isa == Isa::Avx512 && hard_of(self.act).is_some();
+        let in_tiles = self.isa.has_avx512() && hard_of(self.act).is_some();
         if self.act.is_some() && clamp_of(self.act).is_none() && !in_tiles {
             for oy in rows {
                 for b in ob..ob + nb {
@@ -297,7 +297,7 @@ impl ConvKernel {
         let chunks = l.groups.div_ceil(chunk);
         let clamp = clamp_of(self.act);
         // The AVX-512 tiles apply HardSigmoid and HardSwish in their registers.
-        let hard = hard_of(self.act).filter(|_| self.isa == Isa::Avx512);
+        let hard = hard_of(self.act).filter(|_| self.isa.has_avx512());
         for ci in 0..chunks {
             let groups = ci * chunk..((ci + 1) * chunk).min(l.groups.max(1));
             for oy in rows.clone() {
