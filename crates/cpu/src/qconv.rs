@@ -79,7 +79,8 @@ struct DepthwiseChunk {
     weights: Tensor,
 }
 
-/// f32 values per depthwise chunk: about 64 KiB of input, a multiple of 8 channels.
+/// f32 values per depthwise chunk: about 64 KiB of input, a multiple of 8 channels (two
+/// channels of a larger plane).
 const DEPTHWISE_CHUNK_VALUES: usize = 1 << 14;
 
 #[derive(Debug)]
@@ -185,13 +186,25 @@ impl QConvKernel {
                 .collect();
             let plane: usize = xi.shape[2..].iter().product::<usize>().max(1);
             // At least eight chunks where the channels allow, so that threads share a layer.
-            let per = (DEPTHWISE_CHUNK_VALUES / plane)
-                .min(m.div_ceil(8))
-                .next_multiple_of(8)
-                .clamp(8, m.max(8));
+            // Planes of more than a chunk's values go two channels at a time (the f32 kernel
+            // takes them one row path per plane): eight would hold 6.5 MB of f32 copies for
+            // ppocrv4_det's 320x320 layers.
+            let per = if plane > DEPTHWISE_CHUNK_VALUES {
+                2
+            } else {
+                (DEPTHWISE_CHUNK_VALUES / plane)
+                    .min(m.div_ceil(8))
+                    .next_multiple_of(8)
+                    .clamp(8, m.max(8))
+            };
             let mut chunks = Vec::new();
-            for first in (0..m).step_by(per) {
-                let count = per.min(m - first);
+            let mut first = 0;
+            while first < m {
+                // A last single channel joins the chunk before it (the f32 kernel needs two).
+                let count = match m - first {
+                    left if left <= per + 1 => left,
+                    _ => per,
+                };
                 let x_shape = [&[1, count][..], &xi.shape[2..]].concat();
                 let w_shape = [&[count][..], &wi.shape[1..]].concat();
                 let cs = ConvShapes::new(&c.params, count, &x_shape, &w_shape)
@@ -207,6 +220,7 @@ impl QConvKernel {
                     kernel,
                     weights,
                 });
+                first += count;
             }
             Strategy::Depthwise(chunks)
         } else {

@@ -200,11 +200,18 @@ fn cases() -> Vec<Case> {
             ..case(&[2, 32, 21, 23], &[32, 1, 3, 3])
         },
         // Depthwise with more taps (17x17) than the AVX-512 row's exact f32 sums allow, over
-        // 33 channels (two whole chunks and a one-channel tail).
+        // 33 channels (chunks of eight, the last with the odd channel).
         Case {
             group: 33,
             pads: &[8, 8, 8, 8],
             ..case(&[1, 33, 19, 18], &[33, 1, 17, 17])
+        },
+        // Depthwise on planes of more than a chunk's values: two channels a chunk, the odd
+        // last one in the chunk before it.
+        Case {
+            group: 5,
+            pads: &[1, 1, 1, 1],
+            ..case(&[1, 5, 130, 130], &[5, 1, 3, 3])
         },
     ]
 }
