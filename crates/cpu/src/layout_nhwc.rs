@@ -14,9 +14,9 @@
 //!   feature map is not transposed back only to be averaged (its `[N, 1, 1, C]` output is
 //!   the plain `[N, C, 1, 1]` in memory);
 //! - element-wise ops whose every operand is a twin of the output's shape or a single value:
-//!   QLinearAdd and QLinearMul, and a QDQ model's per-tensor DequantizeLinear, float Add and
-//!   QuantizeLinear around its residual connections (element by element, the layout does not
-//!   matter).
+//!   QLinearAdd, QLinearMul and QdqBinary, and a QDQ model's per-tensor DequantizeLinear,
+//!   float Add and QuantizeLinear around its residual connections (element by element, the
+//!   layout does not matter).
 //!
 //! Any other reader of a value that only exists channels-last gets a Transpose back in front;
 //! graph outputs keep their plain values.
@@ -110,8 +110,9 @@ fn add_twin(g: &mut Graph, v: ValueId) -> Option<ValueId> {
 
 /// The element-wise ops that run on channels-last twins unchanged, when every operand is a
 /// twin of the output's shape or a single value (a per-tensor scale or zero point).
-const ELEMENTWISE: [&str; 11] = [
+const ELEMENTWISE: [&str; 12] = [
     "QLinearLookup",
+    "QdqBinary",
     "QLinearAdd",
     "QLinearMul",
     "DequantizeLinear",
@@ -355,7 +356,8 @@ mod tests {
             assert_eq!(first_last, ("Transpose", "Transpose"), "{ops:?}");
             assert_eq!(ops.iter().filter(|o| *o == "NhwcQLinearConv").count(), 8);
             assert!(ops.iter().any(|o| o == "NhwcMaxPool"), "{ops:?}");
-            let add = if qdq { "Add" } else { "QLinearAdd" };
+            // The QDQ form's DequantizeLinear -> Add -> QuantizeLinear is one QdqBinary.
+            let add = if qdq { "QdqBinary" } else { "QLinearAdd" };
             assert!(ops.iter().any(|o| o == add), "{ops:?}");
             same_as_plain(&g, got);
         }

@@ -998,6 +998,114 @@ fn qlinear_add_matches_reference_exactly() {
     }
 }
 
+/// Runs the kernel each ISA of the machine picks and asserts it gives the reference's bytes
+/// and shape; the kernels' names.
+fn check_exact(
+    op: &Arc<dyn Op>,
+    ins: &[Option<Tensor>],
+    constant: &[bool],
+    what: &str,
+) -> Vec<String> {
+    let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+    let want = op.eval(&refs).unwrap().remove(0);
+    let mut names = Vec::new();
+    for isa in Isa::available() {
+        let (k, outs) = kernel_for(&CpuBackend::new(isa), op, ins, constant);
+        let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
+        k.run(&refs, &mut y).unwrap();
+        assert_eq!(y[0].shape(), want.shape(), "{isa:?} {what}");
+        assert_eq!(y[0].bytes(), want.bytes(), "{isa:?} {} {what}", k.name());
+        names.push(k.name().to_string());
+    }
+    names
+}
+
+/// QdqBinary is the float simulation's own arithmetic: the kernel must give the reference's
+/// bits on every element, for every pairing of operand shapes the pass makes.
+#[test]
+fn qdq_binary_matches_reference_exactly() {
+    use ferrolite_core::ops::elementwise::binary::BinaryKind;
+    use ferrolite_core::ops::quant::QdqBinary;
+    let mut rng = Rng(61);
+    for d in [DType::U8, DType::I8] {
+        let z = |v: i64| scalar(d, if d == DType::U8 { v } else { v - 128 });
+        for (sa, sb) in [
+            (&[1usize, 3, 7, 5][..], &[1usize, 3, 7, 5][..]),
+            (&[2, 33, 17], &[2, 33, 17]),
+            (&[1, 24, 40, 40], &[1, 24, 40, 40]),
+            (&[1, 96, 20, 20], &[1, 96, 1, 1]),
+            (&[2, 5, 1, 1], &[2, 5, 9, 7]),
+            (&[4, 9, 15], &[1]),
+            (&[], &[3, 1, 23]),
+        ] {
+            for (za, zb, zy) in [(0, 255, 128), (128, 3, 0), (255, 0, 255), (17, 200, 90)] {
+                for kind in [BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul] {
+                    // Scales whose products and quotients are not round; Mul's output step
+                    // is larger so that not every value saturates.
+                    let sy = if kind == BinaryKind::Mul {
+                        0.61f32
+                    } else {
+                        0.0459
+                    };
+                    let ins = vec![
+                        Some(rng.q8(d, sa)),
+                        Some(Tensor::scalar(0.0371f32)),
+                        Some(z(za)),
+                        Some(rng.q8(d, sb)),
+                        Some(Tensor::scalar(0.0213f32)),
+                        Some(z(zb)),
+                        Some(Tensor::scalar(sy)),
+                        Some(z(zy)),
+                    ];
+                    let op: Arc<dyn Op> = Arc::new(QdqBinary { kind });
+                    let constant = [false, true, true, false, true, true, true, true];
+                    let what =
+                        format!("{kind:?} {d} {sa:?} with {sb:?}, zero points {za} {zb} {zy}");
+                    for name in check_exact(&op, &ins, &constant, &what) {
+                        assert_eq!(name, "cpu.qdq_binary");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Nearest Resize of 8-bit values gathers the bytes the reference picks.
+#[test]
+fn int8_nearest_resize_matches_reference_exactly() {
+    use ferrolite_core::ops::nn::resize::{CoordMode, NearestMode, Resize};
+    let mut rng = Rng(67);
+    for d in [DType::U8, DType::I8] {
+        for (x, sizes) in [
+            (&[1usize, 3, 5, 7][..], &[1i64, 3, 10, 14][..]),
+            (&[2, 4, 6, 6], &[2, 4, 3, 3]),
+            (&[1, 2, 4, 5], &[1, 2, 7, 11]),
+        ] {
+            for (coord, nearest) in [
+                (CoordMode::Asymmetric, NearestMode::Floor),
+                (CoordMode::HalfPixel, NearestMode::RoundPreferFloor),
+                (CoordMode::AlignCorners, NearestMode::RoundPreferCeil),
+            ] {
+                let op: Arc<dyn Op> = Arc::new(Resize {
+                    coordinate_transformation_mode: coord,
+                    nearest_mode: nearest,
+                    ..Resize::default()
+                });
+                let ins = vec![
+                    Some(rng.q8(d, x)),
+                    None,
+                    None,
+                    Some(Tensor::from_vec(&[4], sizes.to_vec()).unwrap()),
+                ];
+                let what = format!("{d} {x:?} -> {sizes:?} {coord:?}");
+                for name in check_exact(&op, &ins, &[false, true, true, true], &what) {
+                    assert_eq!(name, "cpu.resize.8bit");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn int8_transpose_matches_reference_exactly() {
     use ferrolite_core::ops::shape::transpose::Transpose;

@@ -1,13 +1,15 @@
 //! f32 Resize of the two spatial axes of N x C x H x W (any mode whose taps the reference
 //! computes: nearest, linear, cubic), separable: each output row is the weighted sum of its
-//! source rows, then each output element the weighted sum of its horizontal taps.
+//! source rows, then each output element the weighted sum of its horizontal taps. 8-bit
+//! tensors (a quantized model's upsampling, kept 8-bit by the `quantize` pass) take the
+//! nearest taps only: a gather of bytes.
 
 use crate::backend::Registry;
 use crate::fast::{f32_shape, for_chunks, input, output};
 use ferrolite_core::ops::nn::resize::Resize;
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{needs, DTypes, Layout};
-use ferrolite_core::{OpResult, Tensor};
+use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
 type Taps = Vec<Option<Vec<(usize, f32)>>>;
 
@@ -19,13 +21,31 @@ pub(crate) fn register(r: &mut Registry) {
         DTypes::OutputsF32,
         Layout::Plain,
         |op, r| {
-            let k = resize(op, r.req, f32_shape(r.req, 0)?);
+            let k = resize(op, r.req, f32_shape(r.req, 0)?).map(|k| Box::new(k) as Box<dyn Kernel>);
             needs(k, "a 4-D input, constant scales or sizes, N and C kept")
+        },
+    );
+    r.add::<Resize>(
+        "cpu.resize.8bit",
+        "Resize",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |op, r| {
+            let x = match r.req.inputs.first() {
+                Some(Some(x)) if matches!(x.dtype, DType::U8 | DType::I8) => x.shape,
+                _ => return Err("needs an 8-bit input".into()),
+            };
+            let k = resize(op, r.req, x).and_then(|k| k.nearest_bytes());
+            needs(
+                k.map(|k| Box::new(k) as Box<dyn Kernel>),
+                "a 4-D input, constant scales or sizes, N and C kept, one source per output element",
+            )
         },
     );
 }
 
-fn resize(r: &Resize, req: &KernelRequest, x: &[usize]) -> Option<Box<dyn Kernel>> {
+fn resize(r: &Resize, req: &KernelRequest, x: &[usize]) -> Option<ResizeKernel> {
     if x.len() != 4 {
         return None;
     }
@@ -72,14 +92,14 @@ fn resize(r: &Resize, req: &KernelRequest, x: &[usize]) -> Option<Box<dyn Kernel
             _ => None,
         })
         .collect();
-    Some(Box::new(ResizeKernel {
+    Some(ResizeKernel {
         x: x.to_vec(),
         out,
         th,
         tw,
         gather,
         extrap: r.extrapolation_value as f32,
-    }))
+    })
 }
 
 #[derive(Debug)]
@@ -93,6 +113,24 @@ struct ResizeKernel {
 }
 
 impl ResizeKernel {
+    /// The byte gather, when every output element has one source of weight 1.
+    fn nearest_bytes(self) -> Option<NearestBytes> {
+        let rows = self
+            .th
+            .iter()
+            .map(|t| match t.as_deref() {
+                Some([(i, w)]) if *w == 1.0 => Some(*i),
+                _ => None,
+            })
+            .collect::<Option<Vec<usize>>>()?;
+        Some(NearestBytes {
+            x: self.x,
+            out: self.out,
+            rows,
+            cols: self.gather?,
+        })
+    }
+
     fn plane(&self, src: &[f32], dst: &mut [f32], v: &mut [f32]) {
         let iw = self.x[3];
         let ow = self.out[3];
@@ -153,5 +191,60 @@ impl Kernel for ResizeKernel {
 
     fn name(&self) -> &str {
         "cpu.resize"
+    }
+}
+
+/// Nearest Resize of 8-bit values: output row `r` copies source row `rows[r]` through the
+/// column gather `cols`.
+#[derive(Debug)]
+struct NearestBytes {
+    x: Vec<usize>,
+    out: Vec<usize>,
+    rows: Vec<usize>,
+    cols: Vec<usize>,
+}
+
+impl Kernel for NearestBytes {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = inputs
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| OpError("needs its input".into()))?;
+        op_ensure!(
+            x.shape() == self.x.as_slice(),
+            "input has shape {:?}, the kernel was built for {:?}",
+            x.shape(),
+            self.x
+        );
+        let x = x.bytes();
+        let y = outputs
+            .first_mut()
+            .ok_or_else(|| OpError("no output".into()))?;
+        let (iw, ow) = (self.x[3], self.out[3]);
+        let (ip, op) = (self.x[2] * iw, self.out[2] * ow);
+        let y = y.bytes_mut();
+        op_ensure!(
+            y.len() == self.out.iter().product::<usize>(),
+            "output size differs from the plan"
+        );
+        if op == 0 || ow == 0 {
+            return Ok(());
+        }
+        use rayon::prelude::*;
+        y.par_chunks_mut(op).enumerate().for_each(|(p, dst)| {
+            let src = &x[p * ip..(p + 1) * ip];
+            for (row, &r) in dst.chunks_exact_mut(ow).zip(&self.rows) {
+                let line = &src[r * iw..(r + 1) * iw];
+                for (o, &c) in row.iter_mut().zip(&self.cols) {
+                    *o = line[c];
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.resize.8bit"
     }
 }

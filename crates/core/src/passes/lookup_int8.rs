@@ -19,9 +19,10 @@ pub struct LookupInt8;
 
 /// The element-wise ops a chain may pass through (with their other operands single constant
 /// values: a scale, a zero point, a clip bound).
-const ELEMENTWISE: [&str; 24] = [
+const ELEMENTWISE: [&str; 25] = [
     "DequantizeLinear",
     "QuantizeLinear",
+    "QdqBinary",
     "QLinearAdd",
     "QLinearMul",
     "QLinearSigmoid",

@@ -7,9 +7,10 @@
 //!   and a DQ'd i32 (or float constant) bias becomes QLinearConv;
 //! - MatMul and Gemm with a DQ'd activation and DQ'd constant 2-D weights (per tensor or per
 //!   column) become com.microsoft QGemm;
-//! - MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze and Concat whose DQ'd inputs and
-//!   Q'd output share one scale and zero point run on the 8-bit values directly (they only
-//!   move or select values, and a monotone quantization commutes with max);
+//! - MaxPool, nearest Resize, Reshape, Flatten, Transpose, Squeeze, Unsqueeze and Concat whose
+//!   DQ'd inputs and Q'd output share one scale and zero point run on the 8-bit values
+//!   directly (they only move or select values, and a monotone quantization commutes with
+//!   max);
 //! - a Concat whose DQ'd inputs are quantized otherwise becomes com.microsoft QLinearConcat,
 //!   which requantizes each input with the same f32 arithmetic as DQ -> Q (so the same
 //!   values), and keeps the joined tensor 8-bit.
@@ -19,10 +20,13 @@
 //! com.microsoft MatMulIntegerToFloat, so the 32-bit products are scaled (and biased) as they
 //! are stored instead of in three more passes over them.
 //!
-//! Add, Mul, Sigmoid and GlobalAveragePool between DQ and Q stay float, as onnxruntime leaves
-//! them: their QLinear forms (com.microsoft) round on a different path than the float
-//! simulation that defines a QDQ model, and on deep networks (mobilenet_v2) those one-step
-//! differences compound past the tolerance; in f32 they cost a few memory passes.
+//! Add, Sub and Mul of two per-tensor DQ'd 8-bit operands become [`QdqBinary`]: the island's
+//! own f32 arithmetic on the 8-bit values, so the same values without the f32 tensors between
+//! (ppocrv4_det's neck held 96 x 160 x 160 maps of them). Not their QLinear forms
+//! (com.microsoft), which round on a different path than the float simulation that defines a
+//! QDQ model: on deep networks (mobilenet_v2) those one-step differences compound past the
+//! tolerance. Sigmoid and GlobalAveragePool between DQ and Q stay float, as onnxruntime leaves
+//! them.
 //!
 //! Afterwards the DequantizeLinear nodes of constants that stay float are folded, once: shape
 //! inference leaves DequantizeLinear unfolded so that this pass sees the 8-bit weights.
@@ -39,8 +43,9 @@ use crate::ops::linalg::gemm::Gemm;
 use crate::ops::linalg::matmul::MatMul;
 use crate::ops::linalg::matmul::MatMulInteger;
 use crate::ops::nn::pool::{Pool, PoolKind};
-use crate::ops::quant::MatMulIntegerToFloat;
+use crate::ops::nn::resize::{CoordMode, Resize, ResizeMode};
 use crate::ops::quant::{DequantizeLinear, QGemm, QLinearConcat, QLinearConv, QuantizeLinear};
+use crate::ops::quant::{MatMulIntegerToFloat, QdqBinary};
 use crate::ops::shape::concat::Concat;
 use crate::ops::shape::flatten::Flatten;
 use crate::ops::shape::reshape::Reshape;
@@ -57,7 +62,7 @@ impl Pass for Quantize {
     }
 
     fn description(&self) -> &'static str {
-        "run DequantizeLinear -> op -> QuantizeLinear islands as integer ops (Conv as QLinearConv, MatMul and Gemm as QGemm), keep 8-bit values through MaxPool, Reshape, Transpose, Concat, ... where the scales agree (Concat as QLinearConcat where they do not), then fold the dequantization of constants that stay float; MatMulInteger -> Cast -> Mul (-> Add) as MatMulIntegerToFloat"
+        "run DequantizeLinear -> op -> QuantizeLinear islands as integer ops (Conv as QLinearConv, MatMul and Gemm as QGemm), keep 8-bit values through MaxPool, nearest Resize, Reshape, Transpose, Concat, ... where the scales agree (Concat as QLinearConcat where they do not), Add/Sub/Mul of DQ'd operands as QdqBinary (the same f32 arithmetic on 8-bit tensors), then fold the dequantization of constants that stay float; MatMulInteger -> Cast -> Mul (-> Add) as MatMulIntegerToFloat"
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
@@ -313,6 +318,12 @@ fn moves_values(op: &dyn Op) -> bool {
     if let Some(p) = any.downcast_ref::<Pool>() {
         return p.kind == PoolKind::Max && !p.with_indices;
     }
+    if let Some(r) = any.downcast_ref::<Resize>() {
+        // Nearest picks input values; interpolation would compute new ones, and a crop
+        // writes its (float) extrapolation value.
+        return r.mode == ResizeMode::Nearest
+            && r.coordinate_transformation_mode != CoordMode::TfCropAndResize;
+    }
     any.is::<Reshape>()
         || any.is::<Flatten>()
         || any.is::<Transpose>()
@@ -370,6 +381,50 @@ fn concat_island(
     Some((Arc::new(QLinearConcat { axis: c.axis }), inputs))
 }
 
+/// Whether operands of shapes `a` and `b` line up as the 8-bit binary kernels take them: one
+/// shape, one a single value, or one a value per channel (`[N, C, 1...]` against `[N, C, ...]`,
+/// a squeeze-and-excitation's scaling).
+fn binary_shapes_ok(a: &[usize], b: &[usize]) -> bool {
+    let per_channel = |full: &[usize], part: &[usize]| {
+        full.len() >= 3
+            && part.len() == full.len()
+            && part[..2] == full[..2]
+            && part[2..].iter().all(|&d| d == 1)
+    };
+    let numel = |s: &[usize]| s.iter().product::<usize>();
+    a == b || per_channel(a, b) || per_channel(b, a) || numel(a) == 1 || numel(b) == 1
+}
+
+/// Add, Sub or Mul of two per-tensor DQ'd 8-bit operands of the output's type as
+/// [`QdqBinary`].
+fn binary_island(
+    g: &Graph,
+    kind: BinaryKind,
+    a: ValueId,
+    b: ValueId,
+    y: &Quantized,
+) -> Option<(Arc<dyn Op>, Vec<Arg>)> {
+    if !QdqBinary::supports(kind) {
+        return None;
+    }
+    let (xa, xb) = (dequantized(g, a)?, dequantized(g, b)?);
+    let (ia, ib, iy) = (info(g, xa.value)?, info(g, xb.value)?, info(g, y.value)?);
+    if ia.dtype != iy.dtype || ib.dtype != iy.dtype || !binary_shapes_ok(&ia.shape, &ib.shape) {
+        return None;
+    }
+    let inputs = vec![
+        Arg::Value(xa.value),
+        Arg::Value(xa.scale),
+        xa.zero_arg(),
+        Arg::Value(xb.value),
+        Arg::Value(xb.scale),
+        xb.zero_arg(),
+        Arg::Value(y.scale),
+        y.zero_arg(),
+    ];
+    Some((Arc::new(QdqBinary { kind }), inputs))
+}
+
 fn matcher(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
     if let Some(r) = integer_to_float(g, uses, i) {
         return Some(r);
@@ -391,6 +446,8 @@ fn matcher(g: &Graph, uses: &Uses, i: usize) -> Option<Rewrite> {
         gemm_island(g, p, Some(gm), &y)?
     } else if let Some(c) = any.downcast_ref::<Concat>() {
         passthrough(g, p, &y).or_else(|| concat_island(g, p, c, &y))?
+    } else if let Some((kind, a, b)) = binary(p) {
+        binary_island(g, kind, a, b, &y)?
     } else {
         passthrough(g, p, &y)?
     };
@@ -800,6 +857,99 @@ mod tests {
         assert!(ops.contains(&"QLinearConcat"), "{}", opt.to_text());
         assert!(!ops.contains(&"Concat"), "{ops:?}");
         let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+        assert_eq!(g, w);
+        assert!(w.iter().any(|&v| v > 1.0) && w.iter().any(|&v| v < -1.0));
+    }
+
+    /// A residual Add, a squeeze-and-excitation's per-channel Mul and a Sub between DQ and Q
+    /// (other scales and zero points on each side), and a nearest Resize between equal ones:
+    /// QdqBinary and an 8-bit Resize, with exactly the float simulation's values.
+    #[test]
+    fn binary_islands_become_qdq_binary_and_nearest_resize_stays_8bit() {
+        use crate::ops::elementwise::binary::Binary;
+        use crate::ops::nn::resize::{CoordMode, NearestMode, Resize};
+        let mut g = Graph::new();
+        let x = g.add_value("x");
+        g.inputs.push(x);
+        let se = g.add_value("se");
+        g.inputs.push(se);
+        let quantized = |g: &mut Graph, name: &str, v: ValueId, s: f32, z: i8| {
+            let vq = q(g, name, v, s, z);
+            dq(g, name, vq, Tensor::scalar(s), Tensor::scalar(z), 1)
+        };
+        let xd = quantized(&mut g, "x", x, 0.03, 5);
+        let sd = quantized(&mut g, "se", se, 0.011, -7);
+        let bin = |g: &mut Graph, name: &str, kind, a, b| {
+            let op = Arc::new(Binary {
+                kind,
+                legacy_axis: None,
+            });
+            g.add_op(name, op, vec![Some(a), Some(b)], 1).unwrap()[0]
+        };
+        let m = bin(&mut g, "mul", BinaryKind::Mul, xd, sd);
+        let md = quantized(&mut g, "m", m, 0.02, -3);
+        let a = bin(&mut g, "add", BinaryKind::Add, xd, md);
+        let ad = quantized(&mut g, "a", a, 0.04, 2);
+        let d = bin(&mut g, "sub", BinaryKind::Sub, ad, xd);
+        let dd = quantized(&mut g, "d", d, 0.025, 0);
+        let sizes = g.add_constant(
+            "sizes",
+            Tensor::from_vec(&[4], vec![1i64, 3, 14, 18]).unwrap(),
+        );
+        let resize = Arc::new(Resize {
+            coordinate_transformation_mode: CoordMode::Asymmetric,
+            nearest_mode: NearestMode::Floor,
+            ..Resize::default()
+        });
+        let r = g
+            .add_op("up", resize, vec![Some(dd), None, None, Some(sizes)], 1)
+            .unwrap()[0];
+        let rq = q(&mut g, "r", r, 0.025, 0);
+        let y = dq(
+            &mut g,
+            "r",
+            rq,
+            Tensor::scalar(0.025f32),
+            Tensor::scalar(0i8),
+            1,
+        );
+        g.outputs.push(y);
+        let xv = data(&[1, 3, 7, 9], 3.0);
+        let sv = data(&[1, 3, 1, 1], 2.0);
+        let types = [TensorInfo::of(&xv), TensorInfo::of(&sv)];
+        let run = |disabled: &[String]| {
+            let mut g = g.clone();
+            let dynamic = optimize(&mut g, &types, &default_pipeline(), disabled).unwrap();
+            let ys = Plan::build(&g, &dynamic, None)
+                .unwrap()
+                .run(&[&xv, &sv])
+                .unwrap();
+            (g, ys)
+        };
+        let all: Vec<String> = default_pipeline()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        let (_, want) = run(&all);
+        let (opt, got) = run(&[]);
+        let ops: Vec<&str> = opt.nodes.iter().map(|n| n.op.name()).collect();
+        assert_eq!(
+            ops.iter().filter(|o| **o == "QdqBinary").count(),
+            3,
+            "{ops:?}"
+        );
+        assert!(
+            !ops.iter().any(|o| ["Add", "Sub", "Mul"].contains(o)),
+            "{ops:?}"
+        );
+        // The Resize reads the 8-bit Sub and only the graph output is dequantized.
+        assert!(ops.contains(&"Resize"), "{ops:?}");
+        assert_eq!(
+            ops.iter().filter(|o| **o == "DequantizeLinear").count(),
+            1,
+            "{ops:?}"
+        );
+        let (g, w) = (got[0].to_f64_vec(), want[0].to_f64_vec());
         assert_eq!(g, w);
         assert!(w.iter().any(|&v| v > 1.0) && w.iter().any(|&v| v < -1.0));
     }

@@ -4,6 +4,7 @@
 pub mod contrib;
 pub mod linear;
 pub mod lookup;
+pub mod qdq_binary;
 pub mod qlinear;
 
 pub use contrib::{
@@ -13,6 +14,7 @@ pub use contrib::{
 };
 pub use linear::{DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear};
 pub use lookup::QLinearLookup;
+pub use qdq_binary::QdqBinary;
 pub use qlinear::{QLinearConv, QLinearMatMul};
 
 use crate::{DType, DTypeSet};

@@ -9,7 +9,7 @@ use crate::ops::util::{broadcast_offsets, broadcast_shapes};
 use crate::{op_common, op_ensure, DType, DTypeSet, InferCtx, Op, OpResult, Tensor, TensorInfo};
 
 /// A, its (scale, zero point), B, its pair, the output's pair.
-const BINARY_INPUTS: &[InputSpec] = &[
+pub(in crate::ops::quant) const BINARY_INPUTS: &[InputSpec] = &[
     input("A", Q8),
     input("A_scale", DTypeSet::of(DType::F32)),
     optional("A_zero_point", Q8),
@@ -20,7 +20,10 @@ const BINARY_INPUTS: &[InputSpec] = &[
     optional("C_zero_point", Q8),
 ];
 
-fn binary_infer(op: &dyn Op, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
+pub(in crate::ops::quant) fn binary_infer(
+    op: &dyn Op,
+    ctx: &InferCtx,
+) -> OpResult<Vec<TensorInfo>> {
     same_dtype(op, ctx, 3, 0)?;
     for (s, z) in [(1, 2), (4, 5), (6, 7)] {
         check_qparams(op, ctx, s, z, 0)?;
@@ -33,7 +36,7 @@ fn binary_infer(op: &dyn Op, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
 /// run along the output's innermost axis (of more than one element), if any: the one that is
 /// broadcast along that axis. Its QLinearAdd rounds differently in that case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-enum Single {
+pub(in crate::ops::quant) enum Single {
     Neither,
     A,
     B,
@@ -59,7 +62,7 @@ fn single_operand(a: &[usize], b: &[usize], out: &[usize]) -> Single {
 
 /// Broadcasts A and B, computes each output element with `f(a, b, a_q, b_q, c_q, single)` as
 /// an f32 that includes C's zero point, rounds it half to even and saturates.
-fn binary_eval(
+pub(in crate::ops::quant) fn binary_eval(
     op: &dyn Op,
     inputs: &[Option<&Tensor>],
     f: impl Fn(i64, i64, QParams, QParams, QParams, Single) -> f32,

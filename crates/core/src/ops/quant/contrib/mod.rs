@@ -43,7 +43,7 @@ const UNARY_INPUTS: &[InputSpec] = &[
 
 /// Per-tensor quantization parameters: `real = scale * (q - zero)`.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct QParams {
+pub(in crate::ops::quant) struct QParams {
     scale: f32,
     zero: i64,
 }
@@ -67,12 +67,12 @@ impl QParams {
         })
     }
 
-    fn dequantize(self, q: i64) -> f32 {
+    pub(in crate::ops::quant) fn dequantize(self, q: i64) -> f32 {
         self.scale * (q - self.zero) as f32
     }
 
     /// `round(v / scale) + zero`, for [`requantize`] to saturate.
-    fn quantize(self, v: f32) -> f64 {
+    pub(in crate::ops::quant) fn quantize(self, v: f32) -> f64 {
         round_plus(v / self.scale, self.zero)
     }
 }
