@@ -46,6 +46,34 @@ pub(crate) fn output(outputs: &mut [Tensor], i: usize, numel: usize) -> OpResult
     Ok(s)
 }
 
+/// Input `i` as bytes (an 8-bit tensor), checked against the shape the kernel was built for.
+pub(crate) fn input_bytes<'a>(
+    inputs: &[Option<&'a Tensor>],
+    i: usize,
+    shape: &[usize],
+) -> OpResult<&'a [u8]> {
+    let t = ferrolite_core::op::required(inputs, i)?;
+    op_ensure!(
+        t.shape() == shape,
+        "input {i} has shape {:?}, the kernel was built for {shape:?}",
+        t.shape()
+    );
+    Ok(t.bytes())
+}
+
+/// Output `i` as bytes (an 8-bit tensor), checked against the planned element count.
+pub(crate) fn output_bytes(outputs: &mut [Tensor], i: usize, numel: usize) -> OpResult<&mut [u8]> {
+    let t = outputs
+        .get_mut(i)
+        .ok_or_else(|| OpError(format!("output {i} is missing")))?;
+    op_ensure!(
+        t.byte_len() == numel,
+        "output {i} has {} bytes, the kernel was built for {numel}",
+        t.byte_len()
+    );
+    Ok(t.bytes_mut())
+}
+
 /// Calls `f(start, chunk)` over `out` split in chunks (multiples of `align` elements), in
 /// parallel when `out` is large; `work` scales the size threshold (cost per element).
 pub(crate) fn for_chunks<T: Send, F>(out: &mut [T], align: usize, work: usize, f: F)

@@ -5,11 +5,11 @@
 //! nearest taps only: a gather of bytes.
 
 use crate::backend::Registry;
-use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::fast::{f32_shape, for_chunks, input, input_bytes, output, output_bytes};
 use ferrolite_core::ops::nn::resize::Resize;
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{needs, DTypes, Layout};
-use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
+use ferrolite_core::{DType, OpResult, Tensor};
 
 type Taps = Vec<Option<Vec<(usize, f32)>>>;
 
@@ -206,28 +206,10 @@ struct NearestBytes {
 
 impl Kernel for NearestBytes {
     fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
-        let x = inputs
-            .first()
-            .copied()
-            .flatten()
-            .ok_or_else(|| OpError("needs its input".into()))?;
-        op_ensure!(
-            x.shape() == self.x.as_slice(),
-            "input has shape {:?}, the kernel was built for {:?}",
-            x.shape(),
-            self.x
-        );
-        let x = x.bytes();
-        let y = outputs
-            .first_mut()
-            .ok_or_else(|| OpError("no output".into()))?;
+        let x = input_bytes(inputs, 0, &self.x)?;
+        let y = output_bytes(outputs, 0, self.out.iter().product())?;
         let (iw, ow) = (self.x[3], self.out[3]);
         let (ip, op) = (self.x[2] * iw, self.out[2] * ow);
-        let y = y.bytes_mut();
-        op_ensure!(
-            y.len() == self.out.iter().product::<usize>(),
-            "output size differs from the plan"
-        );
         if op == 0 || ow == 0 {
             return Ok(());
         }
