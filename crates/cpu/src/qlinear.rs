@@ -13,8 +13,8 @@ use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::elementwise::binary::BinaryKind;
 use ferrolite_core::ops::quant::{
-    QLinearAdd, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearLookup,
-    QLinearMul, QLinearSigmoid, QdqBinary,
+    QLinearAdd, QLinearChannelLookup, QLinearConcat, QLinearGlobalAveragePool, QLinearLeakyRelu,
+    QLinearLookup, QLinearMul, QLinearSigmoid, QdqBinary,
 };
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
@@ -85,14 +85,21 @@ fn unary_table(
     if table.len() != 256 {
         return Err(format!("table of {} entries, not 256", table.len()));
     }
+    let vbmi = unary_table_vbmi(isa);
+    Ok(UnaryTable { table, vbmi, name })
+}
+
+/// Whether the AVX-512 VBMI lookup runs: the session's ISA is AVX-512 and the CPU has VBMI.
+fn unary_table_vbmi(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
-    let vbmi = isa.has_avx512() && std::arch::is_x86_feature_detected!("avx512vbmi");
+    {
+        isa.has_avx512() && std::arch::is_x86_feature_detected!("avx512vbmi")
+    }
     #[cfg(not(target_arch = "x86_64"))]
-    let vbmi = {
+    {
         let _ = isa;
         false
-    };
-    Ok(UnaryTable { table, vbmi, name })
+    }
 }
 
 impl Kernel for UnaryTable {
@@ -133,6 +140,71 @@ impl Kernel for UnaryTable {
 
     fn prepacked_bytes(&self) -> usize {
         self.table.len()
+    }
+}
+
+/// QLinearChannelLookup: each plane `[n, c]` through channel `c`'s table, with the VBMI
+/// lookup where the CPU has it.
+#[derive(Debug)]
+struct ChannelTables {
+    tables: Vec<u8>,
+    /// Input shape (the plan's): planes of `inner` values, `channels` a batch item.
+    x: Vec<usize>,
+    vbmi: bool,
+}
+
+fn channel_tables(
+    op: &QLinearChannelLookup,
+    r: &KernelRequest,
+    isa: Isa,
+) -> Result<ChannelTables, String> {
+    eight_bit(r, 0)?;
+    let x = r.inputs[0].as_ref().ok_or("needs an input")?;
+    if x.shape.len() < 2 || x.shape[1] * 256 != op.tables.len() {
+        return Err("needs an input with a channel (axis 1) per table".into());
+    }
+    let vbmi = unary_table_vbmi(isa);
+    Ok(ChannelTables {
+        tables: op.tables.clone(),
+        x: x.shape.to_vec(),
+        vbmi,
+    })
+}
+
+impl Kernel for ChannelTables {
+    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let x = crate::fast::input_bytes(inputs, 0, &self.x)?;
+        let y = crate::fast::output_bytes(outputs, 0, x.len())?;
+        let channels = self.x[1];
+        let inner: usize = self.x[2..].iter().product();
+        if inner == 0 {
+            return Ok(());
+        }
+        let plane = |(p, (x, y)): (usize, (&[u8], &mut [u8]))| {
+            let c = p % channels;
+            let t: &[u8; 256] = self.tables[c * 256..(c + 1) * 256]
+                .try_into()
+                .expect("256 entries a channel (checked at build)");
+            #[cfg(target_arch = "x86_64")]
+            if self.vbmi {
+                // SAFETY: `vbmi` is set only where the CPU has AVX-512 F, BW and VBMI.
+                return unsafe { lookup_vbmi(t, x, y) };
+            }
+            y.iter_mut().zip(x).for_each(|(y, &x)| *y = t[x as usize]);
+        };
+        x.par_chunks(inner)
+            .zip(y.par_chunks_mut(inner))
+            .enumerate()
+            .for_each(plane);
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "cpu.qchannel_lookup"
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.tables.len()
     }
 }
 
@@ -1166,6 +1238,14 @@ pub(crate) fn register(r: &mut Registry) {
         |o, r| {
             unary_table(o, r.req, r.cx.isa, "cpu.qlookup").map(|k| Box::new(k) as Box<dyn Kernel>)
         },
+    );
+    r.add::<QLinearChannelLookup>(
+        "cpu.qchannel_lookup",
+        "QLinearChannelLookup",
+        10,
+        DTypes::Any,
+        Layout::Plain,
+        |o, r| channel_tables(o, r.req, r.cx.isa).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
     r.add::<QLinearSigmoid>(
         "cpu.qsigmoid",

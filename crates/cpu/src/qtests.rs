@@ -1070,6 +1070,29 @@ fn qdq_binary_matches_reference_exactly() {
     }
 }
 
+/// A table per channel: every plane through its channel's table, as the reference.
+#[test]
+fn channel_lookup_matches_reference_exactly() {
+    use ferrolite_core::ops::quant::QLinearChannelLookup;
+    let mut rng = Rng(71);
+    for (shape, output) in [
+        (&[2usize, 3, 5, 7][..], DType::U8),
+        (&[1, 24, 40, 40], DType::I8),
+        (&[3, 5, 1], DType::I8),
+        (&[1, 2, 130], DType::U8),
+    ] {
+        let tables = rng.bytes(shape[1] * 256);
+        let op: Arc<dyn Op> = Arc::new(QLinearChannelLookup { tables, output });
+        for d in [DType::U8, DType::I8] {
+            let ins = vec![Some(rng.q8(d, shape))];
+            let what = format!("{d} {shape:?} -> {output}");
+            for name in check_exact(&op, &ins, &[false], &what) {
+                assert_eq!(name, "cpu.qchannel_lookup");
+            }
+        }
+    }
+}
+
 /// Nearest Resize of 8-bit values gathers the bytes the reference picks.
 #[test]
 fn int8_nearest_resize_matches_reference_exactly() {

@@ -215,6 +215,7 @@ ops! {
     DynamicQuantizeLinear: crate::ops::quant::linear::DynamicQuantizeLinear,
     QuantizeLinear: crate::ops::quant::linear::QuantizeLinear,
     QLinearLookup: crate::ops::quant::lookup::QLinearLookup,
+    QLinearChannelLookup: crate::ops::quant::lookup::QLinearChannelLookup,
     QdqBinary: crate::ops::quant::qdq_binary::QdqBinary,
     QLinearConv: crate::ops::quant::qlinear::QLinearConv,
     QLinearMatMul: crate::ops::quant::qlinear::QLinearMatMul,

@@ -13,7 +13,7 @@ pub use contrib::{
     QLinearSoftmax,
 };
 pub use linear::{DequantizeLinear, DynamicQuantizeLinear, QuantizeLinear};
-pub use lookup::QLinearLookup;
+pub use lookup::{QLinearChannelLookup, QLinearLookup};
 pub use qdq_binary::QdqBinary;
 pub use qlinear::{QLinearConv, QLinearMatMul};
 
