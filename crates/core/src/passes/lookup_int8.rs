@@ -181,7 +181,7 @@ impl Pass for LookupInt8 {
     }
 
     fn description(&self) -> &'static str {
-        "replace an 8-bit value computed element by element from one other 8-bit value (a quantized hard-swish, say) by a 256-entry table"
+        "replace an 8-bit value computed element by element from one other 8-bit value (a quantized hard-swish, say) by a 256-entry table, or by a table per channel when the chain reads constants per channel (a BatchNormalization)"
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
