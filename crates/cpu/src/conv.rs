@@ -286,7 +286,7 @@ impl PhasePlanes {
 thread_local! {
     /// The phase planes of the convolution being run (kept between runs: allocating them
     /// per run cost page faults).
-    static PLANES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PLANES: crate::scratch::Scratch<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// A task's packed B block, and one im2col row (1-D and 3-D convs).
     static TASK_BUFS: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }

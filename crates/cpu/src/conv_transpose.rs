@@ -83,7 +83,7 @@ impl ConvTransposeKernel {
 const COL_BYTES: usize = 512 << 10;
 
 thread_local! {
-    static COLUMNS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static COLUMNS: crate::scratch::Scratch<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The output pointer shared by the bands, each writing its own rows.

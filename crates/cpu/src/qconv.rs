@@ -101,20 +101,11 @@ pub struct QConvKernel {
     strategy: Strategy,
 }
 
-/// One depthwise chunk's f32 input and sums.
-type DepthwiseBuffers = [Option<ferrolite_core::tensor::Storage>; 2];
-
 thread_local! {
-    /// The depthwise strategy's buffers, reused by every layer of this thread. A stack, not one
-    /// slot: while a chunk's f32 kernel waits for its rayon tasks, this thread may run another
-    /// chunk, which with one slot found it taken, allocated its own and dropped one of the two
-    /// when both were put back, so that every run allocated and freed 800 KB planes on the
-    /// workers (ppocrv4_det_qdq's RSS grew from 52 to 68 MB over 60 runs at 2 threads).
-    static DEPTHWISE_SCRATCH: std::cell::RefCell<Vec<DepthwiseBuffers>> = Default::default();
+    /// The depthwise strategy's f32 input and sums, reused by every layer of this thread.
+    static DEPTHWISE_SCRATCH: crate::scratch::Scratch<[Option<ferrolite_core::tensor::Storage>; 2]> =
+        Default::default();
 }
-
-/// The most buffer pairs a thread keeps: as deep as chunks nest on one thread in practice.
-const DEPTHWISE_SCRATCH_KEPT: usize = 4;
 
 /// The most bytes of a block's patch matrix (and of its packed panels) in
 /// [`QConvKernel::run_gemm`]: a few L2-sized blocks rather than one the size of the map.
@@ -124,7 +115,7 @@ thread_local! {
     /// The im2col buffers and packed activations of [`QConvKernel::run_gemm`], reused by
     /// every layer of this thread.
     #[allow(clippy::type_complexity)]
-    static IM2COL_SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>, (crate::qgemm::LineBytes, Vec<i16>))> =
+    static IM2COL_SCRATCH: crate::scratch::Scratch<(Vec<u8>, Vec<u8>, (crate::qgemm::LineBytes, Vec<i16>))> =
         Default::default();
 }
 
@@ -394,8 +385,7 @@ impl QConvKernel {
         };
         // This thread's patch matrix and phase-split input, kept between runs (fresh pages
         // for a megabyte-sized buffer every run cost more than filling it).
-        let (mut buf, mut phases, mut packed) =
-            crate::scratch::with_taken(&IM2COL_SCRATCH, std::mem::take);
+        let (mut buf, mut phases, mut packed) = crate::scratch::take(&IM2COL_SCRATCH);
         for b in 0..s.batch {
             let xb = &x[b * s.in_channels * in_plane..(b + 1) * s.in_channels * in_plane];
             let yb = &mut y[b * s.out_channels * out_plane..(b + 1) * s.out_channels * out_plane];
@@ -448,7 +438,7 @@ impl QConvKernel {
                 }
             }
         }
-        crate::scratch::with_taken(&IM2COL_SCRATCH, |s| *s = (buf, phases, packed));
+        crate::scratch::put_back(&IM2COL_SCRATCH, (buf, phases, packed));
         Ok(())
     }
 
@@ -495,7 +485,7 @@ impl QConvKernel {
         let (lo, hi) = range(self.y.signed);
         let q = (self.y.zero[0], lo, hi, self.y.signed);
         // This thread's buffers, shared by every depthwise layer and kept between runs.
-        let [xs, accs] = DEPTHWISE_SCRATCH.with(|c| c.borrow_mut().pop().unwrap_or_default());
+        let [xs, accs] = crate::scratch::take(&DEPTHWISE_SCRATCH);
         let x_shape = [&[1, ch.count][..], &self.x_shape[2..]].concat();
         let y_shape = [&[1, ch.count][..], &self.y_shape[2..]].concat();
         let mut xt = Tensor::with_storage(DType::F32, &x_shape, xs)?;
@@ -533,12 +523,7 @@ impl QConvKernel {
             requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
         }
         let storage = [xt.into_storage(), acc.into_storage()];
-        DEPTHWISE_SCRATCH.with(|c| {
-            let mut kept = c.borrow_mut();
-            if kept.len() < DEPTHWISE_SCRATCH_KEPT {
-                kept.push(storage);
-            }
-        });
+        crate::scratch::put_back(&DEPTHWISE_SCRATCH, storage);
         Ok(())
     }
 }

@@ -90,7 +90,7 @@ pub struct QConvNhwcKernel {
 
 thread_local! {
     /// The packed patch rows of [`QConvNhwcKernel::run_gemm`], reused by every layer.
-    static ROWS_SCRATCH: std::cell::RefCell<(crate::qgemm::LineBytes, Vec<i16>)> = Default::default();
+    static ROWS_SCRATCH: crate::scratch::Scratch<(crate::qgemm::LineBytes, Vec<i16>)> = Default::default();
 }
 
 /// Output pixels per GEMM task: whole row blocks, at least this many multiply-adds.
@@ -333,7 +333,7 @@ impl QConvNhwcKernel {
         let task = |(t, out): (usize, &mut [u8])| -> OpResult<()> {
             let first = t * per;
             let rows = out.len() / m;
-            let storage = crate::scratch::with_taken(&ROWS_SCRATCH, std::mem::take);
+            let storage = crate::scratch::take(&ROWS_SCRATCH);
             let packed =
                 Packed::gathered_rows(self.path, k, rows, x_flip, sums, storage, |i, buf| {
                     self.patch(x, first + i, buf)
@@ -358,7 +358,7 @@ impl QConvNhwcKernel {
                 streamed,
             );
             let storage = packed.into_storage();
-            crate::scratch::with_taken(&ROWS_SCRATCH, |s| *s = storage);
+            crate::scratch::put_back(&ROWS_SCRATCH, storage);
             result
         };
         let chunk = (per * m).max(1);

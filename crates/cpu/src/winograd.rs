@@ -33,7 +33,7 @@ use std::cell::RefCell;
 thread_local! {
     /// A block's transformed inputs and products (`v`, `z`), kept between runs: allocating
     /// them per run cost a zero fill and page faults on every block.
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: crate::scratch::Scratch<(Vec<f32>, Vec<f32>)> = const { RefCell::new(Vec::new()) };
 }
 
 /// Work (multiply-adds of the direct convolution) below which a conv runs on one thread.

@@ -68,7 +68,7 @@ impl InputLayout {
 }
 
 thread_local! {
-    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PADDED: crate::scratch::Scratch<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A 2-D convolution, group 1, on blocked output.

@@ -31,7 +31,7 @@ const MIN_BAND_ROWS: usize = 8;
 const COPIED_PLANE_BYTES: usize = 160 << 10;
 
 thread_local! {
-    static PADDED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static PADDED: crate::scratch::Scratch<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Bands of output rows computed from a zero-padded copy of the input rows they read, so

@@ -50,9 +50,9 @@ fn plane_stride(len: usize) -> usize {
 
 thread_local! {
     /// The padded input.
-    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static PADDED: crate::scratch::Scratch<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// A block's transformed inputs and products (`V`, `Z`).
-    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SCRATCH: crate::scratch::Scratch<(Vec<f32>, Vec<f32>)> = const { RefCell::new(Vec::new()) };
 }
 
 /// Whether the blocked Winograd kernel computes this convolution, and pays: 3x3, stride 1,
