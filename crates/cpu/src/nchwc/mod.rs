@@ -298,7 +298,7 @@ fn blocked_conv(c: &Conv, r: &Req) -> Built {
         && blocked_input
         && winograd::pays(&s)
     {
-        let k = winograd::WinogradKernel::new(r.cx.gemm(), s.clone(), c.activation, x, w, bias);
+        let k = winograd::WinogradKernel::new(s.clone(), c.activation, x, w, bias);
         if let Some(k) = k.map_err(|e| e.to_string())? {
             return Ok(Box::new(k));
         }

@@ -116,7 +116,8 @@ fn blocked_convs_match_reference() {
 
 /// 3x3 stride-1 convolutions big enough for the blocked Winograd kernel under AVX-512 (the
 /// direct kernel elsewhere): odd and even sizes (partial tiles at the bottom and right),
-/// uneven and no pads, batches, activations, and as many threads as blocks of tiles or fewer.
+/// uneven and no pads, batches, activations, 16 to 128 input channels, output channels in
+/// whole and partial panels, and as many threads as blocks of tiles or fewer.
 #[test]
 fn blocked_winograd_convs_match_reference() {
     let acts = acts();
@@ -130,6 +131,12 @@ fn blocked_winograd_convs_match_reference() {
                 (128, 64, 28, 28, [1, 1, 1, 1]),
                 (64, 40, 30, 31, [0, 0, 0, 0]),
                 (64, 32, 57, 29, [1, 1, 0, 1]),
+                // Few input channels (squeezenet's expand convs), output channels that
+                // leave the last panel of 32 one or two vectors, or part of one.
+                (16, 64, 55, 55, [1, 1, 1, 1]),
+                (32, 24, 27, 14, [1, 1, 1, 1]),
+                (48, 200, 13, 13, [1, 1, 1, 1]),
+                (16, 8, 12, 12, [1, 1, 1, 1]),
             ]
             .iter()
             .enumerate()

@@ -10,7 +10,12 @@
 //! 1. a block of [`BLOCK_TILES`] output tiles (4x4 pixels each) reads its 6x6 input patches
 //!    from a zero-padded copy of the input and writes `V[p][tile][C] = (B^T d B)[p]` for the
 //!    36 patch positions `p`;
-//! 2. 36 GEMMs `Z[p] = V[p] U[p]` (`U[p] = (G g G^T)[p]`, `C x M`, packed at build);
+//! 2. 36 GEMMs `Z[p] = V[p] U[p]` (`U[p] = (G g G^T)[p]`, `C x M`, packed at build in
+//!    panels of 32 output channels) by this module's own microkernel: eight tiles by 32
+//!    channels in sixteen zmm accumulators, `V`'s rows broadcast where they lie. The general
+//!    GEMM packed `V` and set up its tiles for every one of the 36 products of a block, which
+//!    with the few input channels of squeezenet's expand convs (16 to 64) cost more than
+//!    the multiplies (58 GFLOP/s over those products on one Zen 4 core);
 //! 3. `A^T Z A` per tile and block of eight output channels gives the 4x4 outputs, plus bias
 //!    and activation, stored straight into the blocked output.
 //!
@@ -19,23 +24,25 @@
 
 use super::{SendPtr, B};
 use crate::fast::{input, output};
-use crate::gemm::{
-    packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side,
-};
 use crate::scratch::{grown, with_taken};
-use crate::sgemm::NR;
 use crate::winograd::{transform_filter, WinogradTile};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
-use ferrolite_core::prepacked;
+use ferrolite_core::prepacked::{self, Packed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
-/// Output tiles per block: the GEMMs' rows (a multiple of the microkernel's six), and what
-/// each packed weight plane is reused for before the next block streams it again.
+/// The most output tiles per block: the GEMMs' rows, and what each packed weight plane is
+/// reused for before the next block streams it again.
 const BLOCK_TILES: usize = 48;
+
+/// Tiles (rows of `V[p]` and `Z[p]`) per microkernel call.
+const ROWS: usize = 8;
+
+/// Output channels per panel of `U[p]`: two 16-lane vectors.
+const PANEL: usize = 32;
 
 /// Patch positions (6 x 6).
 const P: usize = 36;
@@ -56,12 +63,13 @@ thread_local! {
 }
 
 /// Whether the blocked Winograd kernel computes this convolution, and pays: 3x3, stride 1,
-/// dilation 1, one group, whole blocks of channels, at least 64 input channels and an output
-/// of at least 24 x 24 (36 tiles). Measured against the direct kernel on one core (AMD EPYC,
-/// Zen 5): resnet18's 64-channel 56x56 convs 0.9-1.0 ms against 1.18, its 128-channel 28x28
-/// ones 0.74-0.85 against 1.18; but its 256-channel 14x14 ones (16 tiles, 9.4 MB of
-/// transformed weights streamed for them) 1.2-1.27 against 1.27, and squeezenet's expand
-/// convs (16 to 64 input channels) 1.5-2x slower.
+/// dilation 1, one group, whole blocks of channels, at least 16 input channels and an output
+/// of at least 12 x 12 (9 tiles). Measured against the direct kernel on one core (AMD EPYC,
+/// Zen 4), per conv: squeezenet1_1's expand convs (16 to 64 input channels) 0.51-0.54 ->
+/// 0.20-0.26 ms at 55x55 and 27x27, 0.46-0.49 -> 0.25 ms at 13x13; resnet18's 256-channel
+/// 14x14 ones 2.17 -> 1.1 ms. Its 512-channel 7x7 ones (4 tiles) ran 2.47 -> 1.6 ms, but
+/// their transformed weights (36 planes against the direct kernel's 9) took the session's
+/// peak RSS from 196 to 309 MB, so outputs under 12 stay direct.
 pub(crate) fn pays(s: &ConvShapes) -> bool {
     let g = &s.geometry;
     g.input.len() == 2
@@ -71,18 +79,17 @@ pub(crate) fn pays(s: &ConvShapes) -> bool {
         && s.group == 1
         && s.in_channels.is_multiple_of(B)
         && s.out_channels.is_multiple_of(B)
-        && s.in_channels >= 64
-        && g.output.iter().all(|&o| o >= 24)
+        && s.in_channels >= 16
+        && g.output.iter().all(|&o| o >= 12)
 }
 
 /// A blocked Winograd F(4x4, 3x3) convolution (see the module's comment).
 #[derive(Debug)]
 pub(crate) struct WinogradKernel {
-    gemm: Sgemm,
     x: Vec<usize>,
     s: ConvShapes,
-    /// `U[p]`, `C x M`, packed as right operands.
-    u: Vec<PackedMatrix>,
+    /// `U[p]`, `C x M`, as `[P][M / PANEL][C][PANEL]` (the last panel zero-filled past `M`).
+    u: Packed<f32>,
     bias: Vec<f32>,
     act: Option<UnaryKind>,
 }
@@ -90,7 +97,6 @@ pub(crate) struct WinogradKernel {
 impl WinogradKernel {
     /// `None` unless [`pays`] and the weights are `M x C x 3 x 3`.
     pub(crate) fn new(
-        gemm: Sgemm,
         s: ConvShapes,
         act: Option<UnaryKind>,
         x: &[usize],
@@ -101,36 +107,29 @@ impl WinogradKernel {
         if !pays(&s) || w.len() != m * c * 9 {
             return Ok(None);
         }
-        // U[p][ci][mi] from each filter's transform, packed as B operands; from an optimized
-        // model when it holds them (ferrolite_core::prepacked).
-        let len = PackedMatrix::packed_len(c, m, Side::B);
-        let u = prepacked::try_take_all(&[P, c, m, NR], &vec![len; P], || {
-            let mut planes = vec![0f32; P * c * m];
+        // U[p][panel][ci][column] from each filter's transform; from an optimized model when
+        // it holds them (ferrolite_core::prepacked).
+        let panels = m.div_ceil(PANEL);
+        let len = P * panels * c * PANEL;
+        let u = prepacked::take(&[P, c, m, PANEL], len, || {
+            let mut u = vec![0f32; len];
             let mut t = [0f64; 36];
             for (f, filter) in w.chunks_exact(9).enumerate() {
                 let (mi, ci) = (f / c, f % c);
                 transform_filter(filter, WinogradTile::F4, &mut t);
+                let (panel, col) = (mi / PANEL, mi % PANEL);
                 for (p, &v) in t.iter().enumerate() {
-                    planes[(p * c + ci) * m + mi] = v as f32;
+                    u[((p * panels + panel) * c + ci) * PANEL + col] = v as f32;
                 }
             }
-            planes
-                .chunks_exact(c * m)
-                .map(|up| {
-                    let src = MatRef {
-                        data: up,
-                        rs: m,
-                        cs: 1,
-                    };
-                    Ok(gemm.pack(c, m, src, Side::B)?.into_data())
-                })
-                .collect::<OpResult<Vec<_>>>()
-        })?
-        .into_iter()
-        .map(|d| PackedMatrix::from_packed(c, m, Side::B, d))
-        .collect();
+            u
+        });
+        op_ensure!(
+            u.len() == len,
+            "packed Winograd weights hold {} values",
+            u.len()
+        );
         Ok(Some(WinogradKernel {
-            gemm,
             x: x.to_vec(),
             bias: bias.map_or_else(|| vec![0.0; m], |b| b.to_vec()),
             s,
@@ -189,40 +188,21 @@ impl WinogradKernel {
         // SAFETY: the CPU has AVX-512F and VL (the kernel is built for Avx512 only); the
         // transforms check the sizes they rely on.
         unsafe { avx512::input(self, x, t0, t1, v) };
+        let (v, u): (&[f32], &[f32]) = (v, &self.u);
         let gemm_plane = |(p, zp): (usize, &mut [f32])| {
-            let a = MatRef {
-                data: &v[p * vs..p * vs + n * c],
-                rs: c,
-                cs: 1,
-            };
-            let zp = MatMut {
-                data: zp,
-                rs: m,
-                cs: 1,
-            };
-            self.gemm.gemm(
-                n,
-                c,
-                m,
-                1.0,
-                Operand::Mat(a),
-                Operand::Packed(&self.u[p]),
-                false,
-                zp,
-                &Epilogue::default(),
-                false,
-            )
+            // SAFETY: as above; the products check the sizes they rely on.
+            unsafe { avx512::product(self, u, &v[p * vs..p * vs + n * c], p, zp) }
         };
         if inner {
             z.par_chunks_mut(zs)
                 .map(|zp| &mut zp[..n * m])
                 .enumerate()
-                .try_for_each(gemm_plane)?;
+                .for_each(gemm_plane);
         } else {
             z.chunks_mut(zs)
                 .map(|zp| &mut zp[..n * m])
                 .enumerate()
-                .try_for_each(gemm_plane)?;
+                .for_each(gemm_plane);
         }
         let z: &[f32] = z;
         let blocks = m / B;
@@ -259,7 +239,7 @@ impl Kernel for WinogradKernel {
         // finish together (resnet18's 196 tiles made 5 blocks for 2 threads).
         let threads_ = threads.max(1);
         let wanted = tiles.div_ceil(BLOCK_TILES).next_multiple_of(threads_);
-        let per_block = tiles.div_ceil(wanted).next_multiple_of(6).max(6);
+        let per_block = tiles.div_ceil(wanted);
         let blocks = tiles.div_ceil(per_block);
         let parallel = threads > 1 && blocks >= threads;
         let inner = threads > 1 && !parallel;
@@ -288,15 +268,105 @@ impl Kernel for WinogradKernel {
     }
 
     fn prepacked_bytes(&self) -> usize {
-        packed_bytes(&self.u) + size_of_val(self.bias.as_slice())
+        size_of_val(&*self.u) + size_of_val(self.bias.as_slice())
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::{SendPtr, WinogradKernel, B, P};
+    use super::{SendPtr, WinogradKernel, B, P, PANEL, ROWS};
     use crate::nchwc::clamp_of;
     use std::arch::x86_64::*;
+
+    /// `Z[p] = V[p] U[p]` for one patch position `p` of a block of `n` tiles: `v` is
+    /// `V[p]` (`n x C`, row-major), `z` receives `Z[p]` (`n x M`, row-major).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn product(
+        k: &WinogradKernel,
+        u: &[f32],
+        v: &[f32],
+        p: usize,
+        z: &mut [f32],
+    ) {
+        let (c, m) = (k.s.in_channels, k.s.out_channels);
+        let panels = m.div_ceil(PANEL);
+        let n = v.len() / c.max(1);
+        let up = &u[p * panels * c * PANEL..(p + 1) * panels * c * PANEL];
+        assert!(v.len() == n * c && z.len() == n * m);
+        for panel in 0..panels {
+            let b = up[panel * c * PANEL..].as_ptr();
+            // The columns of this panel inside M, as the masks of its two vectors.
+            let cols = (m - panel * PANEL).min(PANEL);
+            let mask = |lanes: usize| ((1u32 << lanes.min(16)) - 1) as u16;
+            let masks = (mask(cols), mask(cols.saturating_sub(16)));
+            // The rows in as few calls as ROWS allows, of nearly equal sizes (33 rows as
+            // 7 + 7 + 7 + 6 + 6, not 8 + 8 + 8 + 8 + 1, whose last call would load two
+            // vectors of U for every two multiply-adds).
+            let calls = n.div_ceil(ROWS);
+            let mut r0 = 0;
+            for call in 0..calls {
+                let len = n / calls + usize::from(call < n % calls);
+                // SAFETY: rows r0..r0 + len of v (n x c, asserted) and of z (n x m) at this
+                // panel's columns, masked to M; the panel holds c rows of PANEL floats (u's
+                // layout).
+                unsafe {
+                    let a = v.as_ptr().add(r0 * c);
+                    let out = z.as_mut_ptr().add(r0 * m + panel * PANEL);
+                    r0 += len;
+                    match len {
+                        1 => rows::<1>(c, a, b, out, m, masks),
+                        2 => rows::<2>(c, a, b, out, m, masks),
+                        3 => rows::<3>(c, a, b, out, m, masks),
+                        4 => rows::<4>(c, a, b, out, m, masks),
+                        5 => rows::<5>(c, a, b, out, m, masks),
+                        6 => rows::<6>(c, a, b, out, m, masks),
+                        7 => rows::<7>(c, a, b, out, m, masks),
+                        _ => rows::<ROWS>(c, a, b, out, m, masks),
+                    }
+                }
+            }
+        }
+    }
+
+    /// `R` rows of a product: `a` holds `R` rows of `c` values, `b` `c` rows of [`PANEL`]
+    /// values; the `R x PANEL` result goes to `out`, rows `ldz` apart, its two vectors
+    /// masked by `masks`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F; the pointers must hold what is described.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn rows<const R: usize>(
+        c: usize,
+        a: *const f32,
+        b: *const f32,
+        out: *mut f32,
+        ldz: usize,
+        masks: (u16, u16),
+    ) {
+        let mut lo = [_mm512_setzero_ps(); R];
+        let mut hi = [_mm512_setzero_ps(); R];
+        // SAFETY: the caller's contract.
+        unsafe {
+            for ci in 0..c {
+                let b0 = _mm512_loadu_ps(b.add(ci * PANEL));
+                let b1 = _mm512_loadu_ps(b.add(ci * PANEL + 16));
+                for r in 0..R {
+                    let x = _mm512_set1_ps(*a.add(r * c + ci));
+                    lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+                    hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+                }
+            }
+            for r in 0..R {
+                let o = out.add(r * ldz);
+                _mm512_mask_storeu_ps(o, masks.0, lo[r]);
+                _mm512_mask_storeu_ps(o.wrapping_add(16), masks.1, hi[r]);
+            }
+        }
+    }
 
     /// `B^T d` for six rows (or columns) of a patch, eight channels a vector (points 0, 1,
     /// -1, 2, -2 and infinity, as `crate::winograd`'s scalar `bt4`).
