@@ -87,6 +87,9 @@ fn blocked_convs_match_reference() {
                 (64, 32, 9, 3, 1, 1),
                 (16, 64, 20, 1, 1, 1),
                 (8, 24, 17, 3, 1, 1),
+                // Flat 1x1 planes cut into even tiles (49 pixels as seven of seven), three
+                // blocks.
+                (32, 24, 7, 1, 1, 1),
             ]
             .iter()
             .enumerate()
