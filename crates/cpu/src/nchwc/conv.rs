@@ -713,8 +713,10 @@ mod avx512 {
             // SAFETY: the caller's contract; `flat` checks the sizes it relies on.
             unsafe {
                 match nb {
-                    1 | 2 => flat::<1>(k, x, y, ob, nb, pixels),
-                    _ => flat::<2>(k, x, y, ob, nb, pixels),
+                    1 => flat::<0, true>(k, x, y, ob, nb, pixels),
+                    2 => flat::<1, false>(k, x, y, ob, nb, pixels),
+                    3 => flat::<1, true>(k, x, y, ob, nb, pixels),
+                    _ => flat::<2, false>(k, x, y, ob, nb, pixels),
                 }
             }
             return;
@@ -728,8 +730,10 @@ mod avx512 {
     }
 
     /// A flat 1x1 convolution (stride 1, no padding, blocked input) on output pixels
-    /// `pixels` of blocks `ob..ob + nb` (`NV` = `nb / 2` rounded up vectors): the tiles of
-    /// eight pixels in one loop, everything a tile needs but its pixels worked out once.
+    /// `pixels` of blocks `ob..ob + nb` (`nb` = `2 NV`, plus one when `HALF`: an odd last
+    /// block in a 256-bit register, which Zen 4 multiplies at half a zmm's cost where a
+    /// zero-padded zmm cost a whole one): the tiles of eight pixels in one loop, everything
+    /// a tile needs but its pixels worked out once.
     /// Through [`ConvKernel::for_each_tile`], which builds and checks a `Tile` and
     /// dispatches on its size for every eight pixels, the short-depth pointwise layers
     /// (16 to 32 input channels: 256 to 512 multiply-adds a tile) spent about a third of
@@ -740,7 +744,7 @@ mod avx512 {
     /// The CPU must support AVX-512F, BW, VL and DQ; the call must own these pixels of
     /// these blocks (as `rows`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    unsafe fn flat<const NV: usize>(
+    unsafe fn flat<const NV: usize, const HALF: bool>(
         k: &ConvKernel,
         x: &[f32],
         y: SendPtr,
@@ -757,9 +761,10 @@ mod avx512 {
         let wlen = groups * B * wb;
         let w = &k.weights[ob * B / wb * wlen..];
         let bias = &k.bias[ob * B..];
-        assert!(wb == 2 * B && NV == nb.div_ceil(2) && NV <= 2 && ob.is_multiple_of(2));
+        let vectors = NV + usize::from(HALF);
+        assert!(wb == 2 * B && 2 * NV + usize::from(HALF) == nb && ob.is_multiple_of(2));
         assert!(pixels.end <= hw && x.len() >= groups * plane);
-        assert!(w.len() >= NV * wlen && bias.len() >= NV * wb);
+        assert!(w.len() >= vectors * wlen && bias.len() >= vectors * wb);
         // Input channel groups in chunks (as for_each_tile): later chunks add to the
         // outputs of the first.
         let chunk = (256 / B).clamp(1, groups.max(1));
@@ -785,7 +790,7 @@ mod avx512 {
                 let grp = grp.clone();
                 macro_rules! tile {
                     ($p:literal) => {
-                        flat_tile::<$p, NV>(x, w, b, y, p, grp, plane, wlen, ob, nb, epi)
+                        flat_tile::<$p, NV, HALF>(x, w, b, y, p, grp, plane, wlen, ob, epi)
                     };
                 }
                 // SAFETY (all tiles): pixels p..p + len of the plane (asserted inside it),
@@ -825,7 +830,7 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn flat_tile<const P: usize, const NV: usize>(
+    unsafe fn flat_tile<const P: usize, const NV: usize, const HALF: bool>(
         x: *const f32,
         w: *const f32,
         b: *const f32,
@@ -835,25 +840,30 @@ mod avx512 {
         plane: usize,
         wlen: usize,
         ob: usize,
-        nb: usize,
         epi: Epi,
     ) {
         // SAFETY: the caller's contract.
         unsafe {
             let out = y.add(ob * plane + p * B);
+            // Block `j`'s value at pixel i.
+            let at = |j: usize, i: usize| out.add(j * plane + i * B);
             let mut acc = [[_mm512_setzero_ps(); NV]; P];
-            for (i, a) in acc.iter_mut().enumerate() {
-                for (v, r) in a.iter_mut().enumerate() {
+            let mut half = [_mm256_setzero_ps(); P];
+            for i in 0..P {
+                for (v, r) in acc[i].iter_mut().enumerate() {
                     *r = if epi.accumulate {
-                        let lo = _mm256_loadu_ps(out.add(2 * v * plane + i * B));
-                        let hi = if 2 * v + 1 < nb {
-                            _mm256_loadu_ps(out.add((2 * v + 1) * plane + i * B))
-                        } else {
-                            _mm256_setzero_ps()
-                        };
+                        let lo = _mm256_loadu_ps(at(2 * v, i));
+                        let hi = _mm256_loadu_ps(at(2 * v + 1, i));
                         _mm512_insertf32x8::<1>(_mm512_castps256_ps512(lo), hi)
                     } else {
                         _mm512_loadu_ps(b.add(v * 2 * B))
+                    };
+                }
+                if HALF {
+                    half[i] = if epi.accumulate {
+                        _mm256_loadu_ps(at(2 * NV, i))
+                    } else {
+                        _mm256_loadu_ps(b.add(NV * 2 * B))
                     };
                 }
             }
@@ -861,18 +871,34 @@ mod avx512 {
                 let xp = x.add(g * plane + p * B);
                 let wp = w.add(g * B * 2 * B);
                 for c in 0..B {
-                    channel::<P, NV>(&mut acc, xp.add(c), B, wp.add(c * 2 * B), wlen);
+                    let wc = wp.add(c * 2 * B);
+                    let wv: [__m512; NV] =
+                        std::array::from_fn(|v| _mm512_loadu_ps(wc.add(v * wlen)));
+                    let wh = if HALF {
+                        _mm256_loadu_ps(wc.add(NV * wlen))
+                    } else {
+                        _mm256_setzero_ps()
+                    };
+                    for i in 0..P {
+                        let xv = _mm512_set1_ps(*xp.add(i * B + c));
+                        for (a, wv) in acc[i].iter_mut().zip(&wv) {
+                            *a = _mm512_fmadd_ps(*wv, xv, *a);
+                        }
+                        if HALF {
+                            half[i] = _mm256_fmadd_ps(wh, _mm512_castps512_ps256(xv), half[i]);
+                        }
+                    }
                 }
             }
-            for (i, a) in acc.iter().enumerate() {
-                for (v, r) in a.iter().enumerate() {
+            for i in 0..P {
+                for (v, r) in acc[i].iter().enumerate() {
                     let r = bound(epi.clamp, epi.hard, *r);
-                    let lo = _mm512_castps512_ps256(r);
-                    _mm256_storeu_ps(out.add(2 * v * plane + i * B), lo);
-                    if 2 * v + 1 < nb {
-                        let hi = _mm512_extractf32x8_ps::<1>(r);
-                        _mm256_storeu_ps(out.add((2 * v + 1) * plane + i * B), hi);
-                    }
+                    _mm256_storeu_ps(at(2 * v, i), _mm512_castps512_ps256(r));
+                    _mm256_storeu_ps(at(2 * v + 1, i), _mm512_extractf32x8_ps::<1>(r));
+                }
+                if HALF {
+                    let r = bound(epi.clamp, epi.hard, _mm512_castps256_ps512(half[i]));
+                    _mm256_storeu_ps(at(2 * NV, i), _mm512_castps512_ps256(r));
                 }
             }
         }
