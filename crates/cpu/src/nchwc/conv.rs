@@ -34,7 +34,7 @@ fn wide(isa: Isa) -> bool {
     isa.has_avx512()
 }
 
-/// The most pixels of a row tile under `isa` (a flat 1x1 convolution's rows are eight tiles).
+/// The most pixels of a row tile under `isa`.
 fn tile_width(isa: Isa) -> usize {
     if wide(isa) {
         TILE512
@@ -165,7 +165,14 @@ impl ConvKernel {
         let flat = kh * kw == 1
             && g.strides == [1, 1]
             && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p == 0);
-        let flat_width = flat.then_some(8 * tile_width(isa));
+        // Under AVX-512 a flat plane's rows are single tiles: its tiles run in one loop over
+        // any run of pixels (`avx512::flat`), and rows that small let the threads split a
+        // 7 x 7 plane evenly.
+        let flat_width = flat.then_some(if wide(isa) {
+            TILE512
+        } else {
+            8 * tile_width(isa)
+        });
         Some(ConvKernel {
             x: x.to_vec(),
             s,
@@ -365,8 +372,12 @@ impl Kernel for ConvKernel {
         if input_bytes > L2_BYTES && input_bytes > 4 * self.weights.len() {
             bands = bands.max(input_bytes / BAND_BYTES);
         }
-        let bands = bands.clamp(1, oh.max(1));
-        let rows_per = oh.div_ceil(bands).max(1);
+        let mut bands = bands.clamp(1, oh.max(1));
+        // Whole rounds of units for the threads: three units of blocks in three bands were
+        // nine units, five for one thread and four for the other.
+        while threads > 1 && !(pairs * bands).is_multiple_of(threads) && bands < oh {
+            bands += 1;
+        }
         crate::scratch::with_taken(&PADDED, |buf| {
             for (xi, yi) in x
                 .chunks_exact(in_item.max(1))
@@ -384,8 +395,8 @@ impl Kernel for ConvKernel {
                     let (part, pair) = (u / pairs, u % pairs);
                     let ob = pair * per_unit;
                     let nb = per_unit.min(blocks - ob);
-                    let r0 = (part * rows_per).min(oh);
-                    let rows = r0..(r0 + rows_per).min(oh);
+                    // The bands' rows as even as the rows allow.
+                    let rows = part * oh / bands..(part + 1) * oh / bands;
                     self.rows(src, yp, ob, nb, rows);
                 };
                 let units = pairs * bands;
