@@ -202,7 +202,18 @@ impl DepthwiseKernel {
             }
             // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `plane_3x3` checks
             // the sizes its taps rely on; this call owns the rows (as below).
-            unsafe { plane_3x3(g, plane, w, &bias, rows, clamp, out.0) };
+            unsafe {
+                plane_3x3(
+                    g,
+                    plane,
+                    w,
+                    &bias,
+                    rows,
+                    clamp,
+                    self.isa == Isa::Avx512,
+                    out.0,
+                )
+            };
             return;
         }
         for oy in rows {
@@ -456,7 +467,7 @@ unsafe fn row_avx2(
         unsafe {
             let wv: [__m256; 9] = std::array::from_fn(|t| _mm256_loadu_ps(wp.add(t * B)));
             let rows = [0, 1, 2].map(|kh| x.add((row(kh) + x0) * B));
-            pixels_3x3(rows, sw, &wv, bv, bounds, n, o.add(first * B));
+            pixels_3x3(rows, sw, &wv, bv, bounds, n, wide, o.add(first * B));
         }
         return;
     }
@@ -587,6 +598,7 @@ fn unpadded_3x3(g: &ConvGeometry) -> bool {
 /// write these rows meanwhile.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn plane_3x3(
     g: &ConvGeometry,
     plane: &[f32],
@@ -594,6 +606,7 @@ unsafe fn plane_3x3(
     bias: &[f32; B],
     rows: Range<usize>,
     clamp: Option<(f32, f32)>,
+    wide: bool,
     out: *mut f32,
 ) {
     use std::arch::x86_64::*;
@@ -619,6 +632,7 @@ unsafe fn plane_3x3(
                 bv,
                 bounds,
                 ow,
+                wide,
                 out.add(oy * ow * B),
             );
         }
@@ -642,10 +656,34 @@ unsafe fn inner_3x3<const S: usize>(
     n: usize,
     out: *mut f32,
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { tiles_3x3::<S, 4>(rows, w, bias, bounds, n, out) }
+}
+
+/// The `n` pixels of [`inner_3x3`] in tiles of `T` (4 or 8), then of four, then the rest:
+/// inlined into its callers, which choose the instruction set.
+///
+/// # Safety
+/// As [`inner_3x3`]; the caller's instruction set must include AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tiles_3x3<const S: usize, const T: usize>(
+    rows: [*const f32; 3],
+    w: &[std::arch::x86_64::__m256; 9],
+    bias: std::arch::x86_64::__m256,
+    bounds: (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+    n: usize,
+    out: *mut f32,
+) {
     let mut i = 0;
-    // SAFETY (all calls): pixels i.. of the n the caller vouches for.
+    // SAFETY (all calls): pixels i.. of the n the caller vouches for; the caller has AVX2
+    // and FMA.
     unsafe {
-        while i + 4 <= n {
+        while i + T <= n {
+            tile_3x3::<S, T>(rows, i * S * B, w, bias, bounds, out.add(i * B));
+            i += T;
+        }
+        if i + 4 <= n {
             tile_3x3::<S, 4>(rows, i * S * B, w, bias, bounds, out.add(i * B));
             i += 4;
         }
@@ -658,12 +696,14 @@ unsafe fn inner_3x3<const S: usize>(
     }
 }
 
-/// [`inner_3x3`] at stride `s`: strides 1 and 2 in tiles, others one pixel at a time.
+/// [`inner_3x3`] at stride `s`: strides 1 and 2 in tiles (of eight pixels when `wide`),
+/// others one pixel at a time.
 ///
 /// # Safety
-/// As [`inner_3x3`] with stride `s`.
+/// As [`inner_3x3`] with stride `s`; the CPU must support AVX-512F and VL when `wide`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn pixels_3x3(
     rows: [*const f32; 3],
     s: usize,
@@ -671,13 +711,16 @@ unsafe fn pixels_3x3(
     bias: std::arch::x86_64::__m256,
     bounds: (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
     n: usize,
+    wide: bool,
     out: *mut f32,
 ) {
     // SAFETY (all calls): the caller's contract.
     unsafe {
-        match s {
-            1 => inner_3x3::<1>(rows, w, bias, bounds, n, out),
-            2 => inner_3x3::<2>(rows, w, bias, bounds, n, out),
+        match (s, wide) {
+            (1, true) => inner_3x3_wide::<1>(rows, w, bias, bounds, n, out),
+            (2, true) => inner_3x3_wide::<2>(rows, w, bias, bounds, n, out),
+            (1, false) => inner_3x3::<1>(rows, w, bias, bounds, n, out),
+            (2, false) => inner_3x3::<2>(rows, w, bias, bounds, n, out),
             _ => {
                 for i in 0..n {
                     tile_3x3::<1, 1>(rows, i * s * B, w, bias, bounds, out.add(i * B));
@@ -685,6 +728,26 @@ unsafe fn pixels_3x3(
             }
         }
     }
+}
+
+/// [`inner_3x3`] in tiles of eight pixels, compiled for AVX-512: its 32 registers hold the
+/// nine weights and eight accumulators, where AVX2's sixteen hold four accumulators and
+/// spilled a weight, reloaded for every pixel.
+///
+/// # Safety
+/// As [`inner_3x3`]; the CPU must support AVX-512F and VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn inner_3x3_wide<const S: usize>(
+    rows: [*const f32; 3],
+    w: &[std::arch::x86_64::__m256; 9],
+    bias: std::arch::x86_64::__m256,
+    bounds: (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+    n: usize,
+    out: *mut f32,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { tiles_3x3::<S, 8>(rows, w, bias, bounds, n, out) }
 }
 
 /// The bounds a tile clamps to: Relu's or Clip's, or none (infinities).
