@@ -79,7 +79,8 @@ impl Histogram {
 #[derive(Default)]
 pub struct ModelMetrics {
     requests: [[AtomicU64; 4]; 2],
-    /// From the request's arrival to its response (queue wait included).
+    /// From the request's arrival (the whole request received) to its response (queue wait
+    /// included).
     pub request_latency: Histogram,
     /// Time in the engine's run alone.
     pub compute_latency: Histogram,
@@ -157,7 +158,7 @@ pub fn render(models: &[ModelSnapshot<'_>]) -> String {
     let histograms: [(&str, &str, HistogramOf); 2] = [
         (
             "ferrolite_request_duration_seconds",
-            "Time from a request's arrival to its response, queue wait included.",
+            "Time from a request's arrival (all of it received) to its response, queue wait included.",
             |m| &m.request_latency,
         ),
         (
