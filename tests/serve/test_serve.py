@@ -364,14 +364,18 @@ def test_full_queue_refuses_promptly_and_recovers(tmp_path):
             for _, seconds, e in refused:
                 assert code in status_of(e), (code, status_of(e), str(e))
                 assert "queue" in str(e)
-            # A refusal does not wait for a session: it takes less than half the fastest answer
-            # (whose time holds one inference). Timed by the server (its log's "ms", from the
-            # request's arrival), as client-side times here are mostly Python's own.
+            # A refusal does not wait for a session: it takes less than the fastest answer,
+            # whose time holds the same decoding and a whole inference on top. Timed by the
+            # server (its log's "ms", from the whole request's arrival), as client-side times
+            # here are mostly Python's own. Not half the fastest answer: on two cores, with
+            # twelve Python clients and an inference running, a refusal waits for a CPU now
+            # and then (0.5 to 6 ms), and mobilenet_v2's inference takes about 7 ms; that bound
+            # failed 3 runs in 8, with the engine of 78defc2 as with this one.
             lines = [line for line in s.log_lines() if line.get("protocol") == protocol]
             refusals = [line["ms"] for line in lines if "queue" in line.get("error", "")]
             answers = [line["ms"] for line in lines if line.get("ok")]
             assert len(refusals) == len(refused) and len(answers) == len(served), lines
-            assert max(refusals) < min(answers) / 2, (refusals, answers)
+            assert max(refusals) < min(answers), (refusals, answers)
             # Recovered: a request now is served.
             r = make_client().infer("mobilenet_v2", make_inputs(module, ["x"], ins))
             assert_close(r.as_numpy("fetch_name_0"), outs[0])
