@@ -56,7 +56,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         .iter()
         .map(|(n, t, _)| (n.as_str(), t.clone()))
         .collect();
-    let memory = prepared.plan.memory_stats();
+    let memory = prepared.plan.memory_stats(session.threads());
     let flops = prepared.flops();
 
     let t2 = Instant::now();
@@ -195,18 +195,32 @@ pub fn memory_text(m: &MemoryStats) -> String {
     if m.unknown > 0 {
         let _ = write!(s, "; {} sized only at run time", m.unknown);
     }
+    if !m.scratch.is_none() {
+        let _ = write!(
+            s,
+            "; kernels' scratch {} ({} shared + {} per thread, {} threads)",
+            mb(m.scratch.bytes(m.threads)),
+            mb(m.scratch.shared as u64),
+            mb(m.scratch.per_thread as u64),
+            m.threads
+        );
+    }
     s
 }
 
 fn memory_json(m: &MemoryStats) -> String {
     format!(
-        "{{\"intermediates\":{},\"intermediate_bytes\":{},\"peak_live_bytes\":{},\"arena_bytes\":{},\"arena_buffers\":{},\"unknown\":{}}}",
+        "{{\"intermediates\":{},\"intermediate_bytes\":{},\"peak_live_bytes\":{},\"arena_bytes\":{},\"arena_buffers\":{},\"unknown\":{},\"scratch_bytes\":{},\"scratch_shared_bytes\":{},\"scratch_per_thread_bytes\":{},\"threads\":{}}}",
         m.intermediates,
         m.intermediate_bytes,
         m.peak_live_bytes,
         m.arena_bytes,
         m.arena_buffers,
-        m.unknown
+        m.unknown,
+        m.scratch.bytes(m.threads),
+        m.scratch.shared,
+        m.scratch.per_thread,
+        m.threads
     )
 }
 

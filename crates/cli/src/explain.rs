@@ -73,7 +73,7 @@ fn copies(g: &GroupInfo) -> (usize, u64, usize, u64) {
 }
 
 /// The CPU's kernel per plan step, with the entries it passed over.
-fn cpu_text(prepared: &Prepared, describe: &str) -> String {
+fn cpu_text(prepared: &Prepared, describe: &str, threads: usize) -> String {
     let mut out = String::new();
     let steps = &prepared.plan.steps;
     let w = steps
@@ -82,12 +82,26 @@ fn cpu_text(prepared: &Prepared, describe: &str) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
-    let _ = writeln!(out, "kernels on {describe}:");
+    let scratch = prepared.plan.scratch_need(threads);
+    let _ = writeln!(
+        out,
+        "kernels on {describe}; their scratch {} B at {threads} threads (the neediest step's):",
+        scratch.bytes(threads)
+    );
     let _ = writeln!(out, "{:<w$}  {:<22} kernel", "node", "op");
     for s in steps {
+        let scratch = s.kernel.scratch(threads);
+        let scratch = if scratch.is_none() {
+            String::new()
+        } else {
+            format!(
+                "  (scratch {} B + {} B per thread)",
+                scratch.shared, scratch.per_thread
+            )
+        };
         let _ = writeln!(
             out,
-            "{:<w$}  {:<22} {}",
+            "{:<w$}  {:<22} {}{scratch}",
             s.node.name,
             s.node.op.name(),
             s.kernel.name()
@@ -99,7 +113,7 @@ fn cpu_text(prepared: &Prepared, describe: &str) -> String {
     out
 }
 
-fn cpu_json(prepared: &Prepared, describe: &str) -> String {
+fn cpu_json(prepared: &Prepared, describe: &str, threads: usize) -> String {
     let nodes: Vec<String> = prepared
         .plan
         .steps
@@ -122,18 +136,23 @@ fn cpu_json(prepared: &Prepared, describe: &str) -> String {
                     )
                 })
                 .collect();
+            let scratch = s.kernel.scratch(threads);
             format!(
-                "{{\"node\":{},\"op\":{},\"kernel\":{},\"considered\":[{}]}}",
+                "{{\"node\":{},\"op\":{},\"kernel\":{},\"scratch_shared_bytes\":{},\"scratch_per_thread_bytes\":{},\"considered\":[{}]}}",
                 json_str(&s.node.name),
                 json_str(s.node.op.name()),
                 json_str(s.kernel.name()),
+                scratch.shared,
+                scratch.per_thread,
                 considered.join(",")
             )
         })
         .collect();
+    let scratch = prepared.plan.scratch_need(threads);
     format!(
-        "{{\"backend\":{},\"nodes\":[{}]}}",
+        "{{\"backend\":{},\"threads\":{threads},\"scratch_bytes\":{},\"nodes\":[{}]}}",
         json_str(describe),
+        scratch.bytes(threads),
         nodes.join(",")
     )
 }
@@ -288,10 +307,10 @@ pub fn explain(session: &Session, shape_args: &[String], json: bool) -> Result<(
         if json {
             println!(
                 "{{\"device\":\"cpu\",\"cpu\":{}}}",
-                cpu_json(&prepared, &cpu)
+                cpu_json(&prepared, &cpu, session.threads())
             );
         } else {
-            print!("{}", cpu_text(&prepared, &cpu));
+            print!("{}", cpu_text(&prepared, &cpu, session.threads()));
         }
         return Ok(());
     };
@@ -304,11 +323,11 @@ pub fn explain(session: &Session, shape_args: &[String], json: bool) -> Result<(
         });
     let total: u64 = report.nodes.iter().map(|n| n.flops).sum();
     if json {
-        let cpu = cpu_json(&prepared, &cpu);
+        let cpu = cpu_json(&prepared, &cpu, session.threads());
         print!("{}", to_json(&report, total, &device.describe(), &cpu));
     } else {
         print!("{}", to_text(&report, total, &device.describe()));
-        print!("\n{}", cpu_text(&prepared, &cpu));
+        print!("\n{}", cpu_text(&prepared, &cpu, session.threads()));
     }
     Ok(())
 }

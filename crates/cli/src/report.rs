@@ -212,7 +212,7 @@ pub fn info(session: &Session, shape_args: &[String]) -> Result<()> {
             );
             println!(
                 "memory   {}",
-                crate::bench::memory_text(&p.plan.memory_stats())
+                crate::bench::memory_text(&p.plan.memory_stats(session.threads()))
             );
             println!("precision {}", precision_text(&p.graph));
         }

@@ -18,6 +18,7 @@ pub mod passes;
 pub mod plan;
 pub mod prepacked;
 pub mod registry;
+pub mod scratch;
 pub mod tensor;
 
 pub use dtype::{DType, DTypeSet, Elem};

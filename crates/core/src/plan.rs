@@ -7,6 +7,7 @@
 use crate::infer::{check_prototype, check_results, infer_node, node_error};
 use crate::op::InferInput;
 use crate::registry::{Considered, Selection};
+use crate::scratch::{Scratch, ScratchNeed};
 use crate::{Error, Graph, Node, Op, OpResult, Result, Storage, Tensor, TensorInfo, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
@@ -15,8 +16,27 @@ use std::time::{Duration, Instant};
 
 /// Computes one node. `outputs` arrive allocated with the planned shapes (zero-filled on the
 /// first run, holding stale data afterwards); a kernel either writes into them or replaces them.
+/// `scratch` holds at least what [`Kernel::scratch`] declared.
 pub trait Kernel: Debug + Send + Sync {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()>;
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()>;
+
+    /// [`Kernel::run`] outside a plan (tests, tools, a kernel inside another): with scratch
+    /// of its own for the current rayon pool.
+    fn run_alone(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        let scratch = Scratch::for_need(self.scratch(rayon::current_num_threads()));
+        self.run(inputs, outputs, &scratch)
+    }
+
+    /// The scratch memory [`Kernel::run`] uses when it runs on `threads` workers, declared
+    /// when the plan is built: the plan holds it and counts it against a session's memory cap.
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        ScratchNeed::NONE
+    }
 
     /// A short name for profiles and dumps.
     fn name(&self) -> &str;
@@ -47,7 +67,12 @@ pub trait Kernel: Debug + Send + Sync {
 pub struct ReferenceKernel(pub Arc<dyn Op>);
 
 impl Kernel for ReferenceKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &Scratch,
+    ) -> OpResult<()> {
         let results = self.0.eval(inputs)?;
         if results.len() != outputs.len() {
             crate::op_bail!(
@@ -175,6 +200,10 @@ pub struct MemoryStats {
     pub arena_bytes: u64,
     /// Number of those shared buffers.
     pub arena_buffers: usize,
+    /// The kernels' scratch: the most any one step declared (see [`Kernel::scratch`]).
+    pub scratch: ScratchNeed,
+    /// The workers `scratch` was declared for.
+    pub threads: usize,
 }
 
 /// Whether `step` may write output 0 over input `k` (see [`Kernel::in_place_input`]): the input
@@ -346,7 +375,14 @@ pub struct Plan {
     input_types: Vec<TensorInfo>,
     memory: MemoryPlan,
     /// The memory plan's buffers kept between runs, one set per concurrent run.
-    pools: Mutex<Vec<Vec<Option<Storage>>>>,
+    pools: Mutex<Vec<RunBuffers>>,
+}
+
+/// What one run of a plan works in: the memory plan's buffers and the kernels' scratch.
+#[derive(Debug)]
+struct RunBuffers {
+    tensors: Vec<Option<Storage>>,
+    scratch: Scratch,
 }
 
 impl Plan {
@@ -481,10 +517,43 @@ impl Plan {
         })
     }
 
-    fn empty_pool(&self) -> Vec<Option<Storage>> {
-        std::iter::repeat_with(|| None)
-            .take(self.memory.buffer_bytes.len())
-            .collect()
+    /// A free set of run buffers: one a finished run left, or new ones. Scratch has a
+    /// region per worker of the pool the run is on.
+    fn take_buffers(&self) -> Result<RunBuffers> {
+        let kept = self
+            .pools
+            .lock()
+            .map_err(|_| Error::Other("buffer pool poisoned".into()))?
+            .pop();
+        let threads = rayon::current_num_threads();
+        let need = self.scratch_need(threads);
+        Ok(match kept {
+            Some(b) if b.scratch.need().is_none() || b.scratch.threads() == threads => b,
+            Some(b) => RunBuffers {
+                tensors: b.tensors,
+                scratch: Scratch::new(need, threads),
+            },
+            None => RunBuffers {
+                tensors: std::iter::repeat_with(|| None)
+                    .take(self.memory.buffer_bytes.len())
+                    .collect(),
+                scratch: Scratch::new(need, threads),
+            },
+        })
+    }
+
+    fn put_back(&self, buffers: RunBuffers) {
+        if let Ok(mut pools) = self.pools.lock() {
+            pools.push(buffers);
+        }
+    }
+
+    /// The most scratch any step declared for `threads` workers.
+    pub fn scratch_need(&self, threads: usize) -> ScratchNeed {
+        self.steps
+            .iter()
+            .map(|s| s.kernel.scratch(threads))
+            .fold(ScratchNeed::NONE, ScratchNeed::max)
     }
 
     pub fn input_types(&self) -> &[TensorInfo] {
@@ -493,33 +562,19 @@ impl Plan {
 
     /// Runs the plan on inputs given in graph-input order. Returns outputs in graph-output order.
     pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let mut pool = self
-            .pools
-            .lock()
-            .map_err(|_| Error::Other("buffer pool poisoned".into()))?
-            .pop()
-            .unwrap_or_else(|| self.empty_pool());
-        let result = self.run_with(inputs, &mut pool, None);
-        if let Ok(mut pools) = self.pools.lock() {
-            pools.push(pool);
-        }
+        let mut buffers = self.take_buffers()?;
+        let result = self.run_with(inputs, &mut buffers, None);
+        self.put_back(buffers);
         result
     }
 
     /// Like [`Plan::run`], also returning the wall time of each step (indexed like
     /// [`Plan::steps`]): the kernel plus its share of bookkeeping (output buffers, checks).
     pub fn run_profiled(&self, inputs: &[&Tensor]) -> Result<(Vec<Tensor>, Vec<Duration>)> {
-        let mut pool = self
-            .pools
-            .lock()
-            .map_err(|_| Error::Other("buffer pool poisoned".into()))?
-            .pop()
-            .unwrap_or_else(|| self.empty_pool());
+        let mut buffers = self.take_buffers()?;
         let mut times = Vec::with_capacity(self.steps.len());
-        let result = self.run_with(inputs, &mut pool, Some(&mut times));
-        if let Ok(mut pools) = self.pools.lock() {
-            pools.push(pool);
-        }
+        let result = self.run_with(inputs, &mut buffers, Some(&mut times));
+        self.put_back(buffers);
         result.map(|outs| (outs, times))
     }
 
@@ -531,8 +586,9 @@ impl Plan {
             .fold(0, u64::saturating_add)
     }
 
-    /// Sizes of the intermediate tensors, from the planned types and the lifetimes.
-    pub fn memory_stats(&self) -> MemoryStats {
+    /// Sizes of the intermediate tensors, from the planned types and the lifetimes, and the
+    /// kernels' scratch on `threads` workers.
+    pub fn memory_stats(&self, threads: usize) -> MemoryStats {
         let mut bytes = vec![0u64; self.slot_kind.len()];
         let mut stats = MemoryStats::default();
         for step in &self.steps {
@@ -561,6 +617,8 @@ impl Plan {
         }
         stats.arena_bytes = self.memory.buffer_bytes.iter().sum();
         stats.arena_buffers = self.memory.buffer_bytes.len();
+        stats.scratch = self.scratch_need(threads);
+        stats.threads = threads;
         stats
     }
 
@@ -585,9 +643,13 @@ impl Plan {
     fn run_with(
         &self,
         inputs: &[&Tensor],
-        pool: &mut [Option<Storage>],
+        buffers: &mut RunBuffers,
         mut profile: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<Tensor>> {
+        let RunBuffers {
+            tensors: pool,
+            scratch,
+        } = buffers;
         let mut vals: Vec<Option<Tensor>> = vec![None; self.slot_kind.len()];
         for (i, kind) in self.slot_kind.iter().enumerate() {
             match kind {
@@ -672,7 +734,7 @@ impl Plan {
                 });
             }
             step.kernel
-                .run(&ins, &mut outs)
+                .run(&ins, &mut outs, scratch)
                 .map_err(|e| node_error(&step.node, e))?;
             drop(ins);
             // Guards kernels (and the reference fallback) against producing the wrong type.
@@ -752,7 +814,7 @@ mod tests {
 
     #[test]
     fn memory_stats_follow_lifetimes() {
-        let m = plan(256).memory_stats();
+        let m = plan(256).memory_stats(1);
         // Four 1 KiB intermediates; at most a, b, c (or a, c, y) are alive together.
         assert_eq!(m.intermediates, 4);
         assert_eq!(m.intermediate_bytes, 4096);
@@ -760,13 +822,109 @@ mod tests {
         assert_eq!(m.unknown, 0);
     }
 
+    /// A reference kernel that declares `shared` and `per_thread` bytes of scratch and, in
+    /// each of `tasks` parallel tasks, fills its thread's region; `extra` bytes more than it
+    /// declared are taken from the shared region.
+    #[derive(Debug)]
+    struct Scratching {
+        inner: ReferenceKernel,
+        need: ScratchNeed,
+        tasks: usize,
+        extra: usize,
+    }
+
+    impl Kernel for Scratching {
+        fn run(
+            &self,
+            inputs: &[Option<&Tensor>],
+            outputs: &mut [Tensor],
+            scratch: &Scratch,
+        ) -> OpResult<()> {
+            use rayon::prelude::*;
+            scratch.with_shared(|c| -> OpResult<()> {
+                let all: &mut [u8] = c.take(self.need.shared + self.extra)?;
+                all.fill(1);
+                Ok(())
+            })?;
+            (0..self.tasks).into_par_iter().try_for_each(|t| {
+                scratch.with_thread(|c| -> OpResult<()> {
+                    let own: &mut [f32] = c.take(self.need.per_thread / 4)?;
+                    own.fill(t as f32);
+                    // Another task on this thread in between would have changed it.
+                    assert!(own.iter().all(|&v| v == t as f32));
+                    Ok(())
+                })
+            })?;
+            self.inner.run(inputs, outputs, scratch)
+        }
+        fn name(&self) -> &str {
+            "scratching"
+        }
+        fn writes_into_outputs(&self) -> bool {
+            false
+        }
+        fn scratch(&self, _threads: usize) -> ScratchNeed {
+            self.need
+        }
+    }
+
+    /// Builds plans of `Relu(x)` whose kernel declares `need`.
+    struct ScratchingKernels {
+        need: ScratchNeed,
+        extra: usize,
+    }
+
+    impl KernelProvider for ScratchingKernels {
+        fn kernel(&self, req: &KernelRequest) -> Result<Option<Box<dyn Kernel>>> {
+            Ok(Some(Box::new(Scratching {
+                inner: ReferenceKernel(req.node.op.clone()),
+                need: self.need,
+                tasks: 64,
+                extra: self.extra,
+            })))
+        }
+    }
+
+    #[test]
+    fn kernels_get_the_scratch_they_declare_and_no_more() {
+        let need = ScratchNeed {
+            shared: 1000,
+            per_thread: 4096,
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let xt = Tensor::from_vec(&[4], vec![-1.0f32, 2.0, -3.0, 4.0]).unwrap();
+        let provider = ScratchingKernels { need, extra: 0 };
+        let plan = plan_with(4, Some(&provider));
+        let m = plan.memory_stats(3);
+        assert_eq!((m.scratch, m.threads), (need, 3));
+        assert_eq!(m.scratch.bytes(3), 1000 + 3 * 4096);
+        for _ in 0..3 {
+            let y = pool.install(|| plan.run(&[&xt])).unwrap();
+            // y = relu(x) + relu(-relu(x)) = relu(x).
+            assert_eq!(y[0].to_f64_vec(), [0.0, 2.0, 0.0, 4.0]);
+        }
+        // A kernel taking more than it declared fails, naming scratch.
+        let greedy = ScratchingKernels { need, extra: 64 };
+        let plan = plan_with(4, Some(&greedy));
+        let e = pool.install(|| plan.run(&[&xt])).unwrap_err().to_string();
+        assert!(e.contains("scratch") && e.contains("'a'"), "{e}");
+    }
+
     /// A reference kernel that claims `n` bytes of prepacked weights.
     #[derive(Debug)]
     struct Prepacking(ReferenceKernel, usize);
 
     impl Kernel for Prepacking {
-        fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
-            self.0.run(inputs, outputs)
+        fn run(
+            &self,
+            inputs: &[Option<&Tensor>],
+            outputs: &mut [Tensor],
+            _scratch: &crate::scratch::Scratch,
+        ) -> OpResult<()> {
+            self.0.run(inputs, outputs, _scratch)
         }
         fn name(&self) -> &str {
             "prepacking"
@@ -805,7 +963,12 @@ mod tests {
     struct CopyingKernel(Arc<dyn Op>);
 
     impl Kernel for CopyingKernel {
-        fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        fn run(
+            &self,
+            inputs: &[Option<&Tensor>],
+            outputs: &mut [Tensor],
+            _scratch: &crate::scratch::Scratch,
+        ) -> OpResult<()> {
             for (o, r) in outputs.iter_mut().zip(self.0.eval(inputs)?) {
                 o.bytes_mut().copy_from_slice(r.bytes());
             }
@@ -822,7 +985,12 @@ mod tests {
     struct InPlaceKernel(Arc<dyn Op>);
 
     impl Kernel for InPlaceKernel {
-        fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+        fn run(
+            &self,
+            inputs: &[Option<&Tensor>],
+            outputs: &mut [Tensor],
+            _scratch: &crate::scratch::Scratch,
+        ) -> OpResult<()> {
             let own = outputs[0].clone();
             let x = inputs[0].unwrap_or(&own);
             let r = self.0.eval(&[Some(x)])?.remove(0);
@@ -874,7 +1042,7 @@ mod tests {
         let in_place: Vec<Option<usize>> = planned.steps.iter().map(|s| s.in_place).collect();
         assert_eq!(in_place, vec![None, None, Some(0), None, None]);
         // a [0, 3], {b, c} [1, 3], d [3, 4]: three buffers, all needed at step 3.
-        let m = planned.memory_stats();
+        let m = planned.memory_stats(1);
         assert_eq!((m.arena_buffers, m.arena_bytes), (3, 3072));
         for k in 0..3 {
             let x = Tensor::from_vec(&[n], (0..n).map(|i| i as f32 - 60.0 * k as f32).collect())
@@ -931,7 +1099,7 @@ mod tests {
         let dynamic = infer_graph(&mut g, &[TensorInfo::new(DType::F32, vec![n])]).unwrap();
         let reference = Plan::build(&g, &dynamic, None).unwrap();
         let planned = Plan::build(&g, &dynamic, Some(&Copying)).unwrap();
-        let m = planned.memory_stats();
+        let m = planned.memory_stats(1);
         assert_eq!(
             planned.steps.len(),
             5,
@@ -945,7 +1113,7 @@ mod tests {
         assert_eq!(m.intermediate_bytes, 5 * 1024, "{m:?}");
         assert_eq!(m.arena_buffers, 2);
         assert_eq!(m.arena_bytes, 2048);
-        assert_eq!(reference.memory_stats().arena_bytes, 0);
+        assert_eq!(reference.memory_stats(1).arena_bytes, 0);
         for k in 0..3 {
             let x = Tensor::from_vec(&[n], (0..n).map(|i| i as f32 - 100.0 * k as f32).collect())
                 .unwrap();

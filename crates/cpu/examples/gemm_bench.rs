@@ -2,7 +2,10 @@
 //! --example gemm_bench [M,K,N ...]`. Prints the median GFLOP/s per shape (packed A,
 //! row-major B), for a default list of conv-like shapes or the ones given.
 
-use ferrolite_cpu::gemm::{Epilogue, Gemm, MatMut, MatRef, Operand, Side};
+use ferrolite_core::scratch::{Scratch, ScratchNeed};
+use ferrolite_cpu::gemm::{
+    packing_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, Packing, Packs, Side,
+};
 use ferrolite_cpu::Sgemm;
 use std::time::Instant;
 
@@ -51,30 +54,40 @@ fn main() {
                 Side::A,
             )
             .unwrap();
+        // The packing buffers, allocated once as a plan's scratch is.
+        let need = ScratchNeed {
+            shared: packing_bytes(m, k, n),
+            per_thread: 0,
+        };
+        let scratch = Scratch::new(need, 1);
         let mut times = Vec::new();
         for _ in 0..20 {
             let t = Instant::now();
-            g.gemm(
-                m,
-                k,
-                n,
-                1.0,
-                Operand::Packed(&pa),
-                Operand::Mat(MatRef {
-                    data: &b,
-                    rs: n,
-                    cs: 1,
-                }),
-                false,
-                MatMut {
-                    data: &mut c,
-                    rs: n,
-                    cs: 1,
-                },
-                &Epilogue::default(),
-                false,
-            )
-            .unwrap();
+            scratch
+                .with_shared(|carve| {
+                    let packing = Packing::Serial(Packs::carve(carve, m, k, n)?);
+                    g.gemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        Operand::Packed(&pa),
+                        Operand::Mat(MatRef {
+                            data: &b,
+                            rs: n,
+                            cs: 1,
+                        }),
+                        false,
+                        MatMut {
+                            data: &mut c,
+                            rs: n,
+                            cs: 1,
+                        },
+                        &Epilogue::default(),
+                        packing,
+                    )
+                })
+                .unwrap();
             times.push(t.elapsed().as_secs_f64());
         }
         times.sort_by(f64::total_cmp);

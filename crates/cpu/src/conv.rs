@@ -8,8 +8,7 @@
 
 use crate::backend::{built, constant, shape, Registry, Req};
 use crate::fast::f32_shape;
-use crate::gemm::{packed_bytes, PackedMatrix, Side};
-use crate::scratch::{grown, with_taken};
+use crate::gemm::{packed_bytes, packing_bytes, PackedMatrix, Packs, Side};
 use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
 use crate::stride2;
 use crate::winograd::WinogradKernel;
@@ -18,9 +17,9 @@ use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::{Conv, ConvShapes};
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
-use std::cell::RefCell;
 
 /// im2col buffer budget per task, in elements (about 512 KB).
 const BLOCK_ELEMS: usize = 1 << 17;
@@ -283,12 +282,16 @@ impl PhasePlanes {
     }
 }
 
-thread_local! {
-    /// The phase planes of the convolution being run (kept between runs: allocating them
-    /// per run cost page faults).
-    static PLANES: crate::scratch::Scratch<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// A task's packed B block, and one im2col row (1-D and 3-D convs).
-    static TASK_BUFS: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+/// How a [`ConvKernel`] run splits into tasks: `pairs` (image, group) pairs, each cut into
+/// `nblocks` column blocks of `bp` output pixels and `msplit` row chunks of `mchunk` output
+/// channels.
+struct ConvSplit {
+    par: bool,
+    nblocks: usize,
+    bp: usize,
+    msplit: usize,
+    mchunk: usize,
+    tasks: usize,
 }
 
 /// The data (input 0) and weights (input 1) of a convolution kernel, checked to have the
@@ -456,10 +459,10 @@ impl ConvKernel {
     /// Fills `buf` with the input patches of output columns `p0..p0+bp` as a `[C/group * k,
     /// bp]` matrix already in the GEMM's packed-B layout (per KC block, per panel of NR
     /// columns, `kc * NR` values), so the GEMM reads it without another packing pass.
-    fn im2col_packed(&self, x: &[f32], p0: usize, bp: usize, buf: &mut [f32], row: &mut Vec<f32>) {
+    fn im2col_packed(&self, x: &[f32], p0: usize, bp: usize, buf: &mut [f32], row: &mut [f32]) {
         let kdim = buf.len() / (bp.div_ceil(NR) * NR).max(1);
         let npan = bp.div_ceil(NR);
-        let row = grown(row, npan * NR);
+        let row = &mut row[..npan * NR];
         let mut r = 0;
         self.im2col_rows(x, p0, bp, row, |row| {
             let pc = r / KC * KC;
@@ -558,8 +561,88 @@ impl ConvKernel {
     }
 }
 
+impl ConvKernel {
+    /// The run's split into tasks on `threads` workers.
+    fn split(&self, threads: usize) -> ConvSplit {
+        let (group, mg, cg) = (
+            self.s.group,
+            self.s.out_channels / self.s.group,
+            self.s.in_channels / self.s.group,
+        );
+        let p_total: usize = self.geo.output.iter().product();
+        let kdim = cg * self.geo.kernel.iter().product::<usize>();
+        // Column blocks: the im2col block fits in cache, and there are enough tasks to go round
+        // (a multiple of the thread count, so the threads finish together).
+        let threads = threads.max(1);
+        let direct_b = self.pointwise || self.subsample;
+        let budget = if direct_b { 1 << 20 } else { BLOCK_ELEMS };
+        let mut nblocks = p_total.div_ceil((budget / kdim.max(1)).max(4 * NR));
+        let pairs = self.s.batch * group;
+        let flops = 2 * mg * kdim * p_total * pairs;
+        let par = threads > 1 && flops >= 1 << 19;
+        if par && pairs < threads {
+            let want = threads.div_ceil(pairs);
+            nblocks = nblocks.div_ceil(want) * want;
+        }
+        let bp = p_total.div_ceil(nblocks).div_ceil(NR) * NR;
+        let nblocks = p_total.div_ceil(bp);
+        // Few column blocks for many threads (small images, deep layers): split rows too.
+        let msplit = if par && pairs * nblocks < threads {
+            threads
+                .div_ceil(pairs * nblocks)
+                .min(mg.div_ceil(MR))
+                .max(1)
+        } else {
+            1
+        };
+        let mchunk = mg.div_ceil(msplit).div_ceil(MR) * MR;
+        let msplit = mg.div_ceil(mchunk.max(1)).max(1);
+        let tasks = pairs * nblocks * msplit;
+        ConvSplit {
+            par,
+            nblocks,
+            bp,
+            msplit,
+            mchunk,
+            tasks,
+        }
+    }
+
+    /// Floats of the shared scratch: every (image, group) pair's phase planes, or the
+    /// compact subsampled input.
+    fn shared_floats(&self) -> usize {
+        let p_total: usize = self.geo.output.iter().product();
+        let images = self.s.batch * self.s.in_channels;
+        let phases = self
+            .phases
+            .as_ref()
+            .map_or(0, |f| self.s.batch * self.s.group * f.len);
+        let compact = if self.subsample { images * p_total } else { 0 };
+        phases.max(compact)
+    }
+
+    /// Floats of a task's packed B block and im2col row, for blocks of `bp` pixels (none
+    /// where B is read in place).
+    fn task_buffers(&self, bp: usize) -> (usize, usize) {
+        if self.pointwise || self.subsample {
+            return (0, 0);
+        }
+        let kdim = self.s.in_channels / self.s.group * self.geo.kernel.iter().product::<usize>();
+        let npan = bp.div_ceil(NR);
+        (
+            kdim * npan * NR,
+            if self.phases.is_some() { 0 } else { npan * NR },
+        )
+    }
+}
+
 impl Kernel for ConvKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let x = ferrolite_core::op::required(inputs, 0)?;
         op_ensure!(
             x.shape() == self.x_shape.as_slice(),
@@ -613,37 +696,20 @@ impl Kernel for ConvKernel {
         // 2-D convs pack B from phase planes (see PhasePlanes) rather than im2col rows.
         let phases = self.phases.as_ref();
         let [_, _, ow] = self.geo.output;
-        // Column blocks: the im2col block fits in cache, and there are enough tasks to go round
-        // (a multiple of the thread count, so the threads finish together).
-        let threads = rayon::current_num_threads().max(1);
-        let direct_b = self.pointwise || self.subsample;
-        let budget = if direct_b { 1 << 20 } else { BLOCK_ELEMS };
-        let mut nblocks = p_total.div_ceil((budget / kdim.max(1)).max(4 * NR));
-        let pairs = self.s.batch * group;
-        let flops = 2 * mg * kdim * p_total * pairs;
-        let par = threads > 1 && flops >= 1 << 19;
-        if par && pairs < threads {
-            let want = threads.div_ceil(pairs);
-            nblocks = nblocks.div_ceil(want) * want;
-        }
-        let bp = p_total.div_ceil(nblocks).div_ceil(NR) * NR;
-        let nblocks = p_total.div_ceil(bp);
-        // Few column blocks for many threads (small images, deep layers): split rows too.
-        let msplit = if par && pairs * nblocks < threads {
-            threads
-                .div_ceil(pairs * nblocks)
-                .min(mg.div_ceil(MR))
-                .max(1)
-        } else {
-            1
-        };
-        let mchunk = mg.div_ceil(msplit).div_ceil(MR) * MR;
-        let msplit = mg.div_ceil(mchunk.max(1)).max(1);
-        let tasks = pairs * nblocks * msplit;
+        let ConvSplit {
+            par,
+            nblocks,
+            bp,
+            msplit,
+            mchunk,
+            tasks,
+        } = self.split(rayon::current_num_threads());
+        let (pairs, direct_b) = (self.s.batch * group, self.pointwise || self.subsample);
         let yp = SendPtr(yv.as_mut_ptr());
-        with_taken(&PLANES, |planes| {
+        scratch.with_shared(|shared| -> OpResult<()> {
+            let planes: &mut [f32] = shared.take(self.shared_floats())?;
             if let Some(f) = phases {
-                let planes = grown(planes, pairs * f.len);
+                let planes = &mut planes[..pairs * f.len];
                 let [_, ih, iw] = self.geo.input;
                 let pad = [self.geo.pad[1], self.geo.pad[2]];
                 // Channel by channel: each channel's planes are `len / cg` values.
@@ -666,7 +732,7 @@ impl Kernel for ConvKernel {
                 let [_, ih, iw] = self.geo.input;
                 let [_, sh, sw] = self.geo.strides;
                 let [_, oh, _] = self.geo.output;
-                let dst = grown(planes, compact);
+                let dst = &mut planes[..compact];
                 let plane = |(src, dst): (&[f32], &mut [f32])| {
                     for (oy, out) in dst.chunks_exact_mut(ow).enumerate().take(oh) {
                         let row = &src[oy * sh * iw..][..(ow - 1) * sw + 1];
@@ -706,9 +772,11 @@ impl Kernel for ConvKernel {
                 let m0 = mc * mchunk;
                 let m1 = (m0 + mchunk).min(mg);
                 let y0 = (n * self.s.out_channels + g * mg) * p_total;
-                TASK_BUFS.with(|bufs| {
-                    let mut bufs = bufs.borrow_mut();
-                    let (buf, row) = &mut *bufs;
+                scratch.with_thread(|own| {
+                    let (buf, row) = self.task_buffers(bp);
+                    let buf: &mut [f32] = own.take(buf)?;
+                    let row: &mut [f32] = own.take(row)?;
+                    let mut packs = Packs::carve(own, mchunk, kdim, bp)?;
                     let b = if direct_b {
                         Src::Strided {
                             data: &x[p0..],
@@ -716,7 +784,7 @@ impl Kernel for ConvKernel {
                             cs: 1,
                         }
                     } else {
-                        let buf = grown(buf, kdim * np.div_ceil(NR) * NR);
+                        let buf = &mut buf[..kdim * np.div_ceil(NR) * NR];
                         match phases {
                             Some(f) => f.pack(&planes[pair * f.len..][..f.len], ow, p0, np, buf),
                             None => self.im2col_packed(x, p0, np, buf, row),
@@ -740,16 +808,19 @@ impl Kernel for ConvKernel {
                     // task's C starts at row (n, g * mg), column p0, with row stride P, and
                     // covers rows m0..m1 of the group and its np columns: tasks write
                     // disjoint blocks.
-                    unsafe { prob.run_block(yp.get().add(y0 + p0), p_total, m0, m1, 0, np) };
-                });
+                    unsafe {
+                        let y = yp.get().add(y0 + p0);
+                        prob.run_block(y, p_total, m0, m1, 0, np, &mut packs)
+                    };
+                    Ok(())
+                })
             };
             if par && tasks > 1 {
-                (0..tasks).into_par_iter().for_each(task);
+                (0..tasks).into_par_iter().try_for_each(task)
             } else {
-                (0..tasks).for_each(task);
+                (0..tasks).try_for_each(task)
             }
-        });
-        Ok(())
+        })
     }
 
     fn name(&self) -> &str {
@@ -766,6 +837,18 @@ impl Kernel for ConvKernel {
 
     fn prepacked_bytes(&self) -> usize {
         self.packed.as_deref().map_or(0, packed_bytes)
+    }
+
+    fn scratch(&self, threads: usize) -> ScratchNeed {
+        let ConvSplit { bp, mchunk, .. } = self.split(threads);
+        let (buf, row) = self.task_buffers(bp);
+        let kdim = self.s.in_channels / self.s.group * self.geo.kernel.iter().product::<usize>();
+        ScratchNeed {
+            shared: bytes_for::<f32>(self.shared_floats()),
+            per_thread: bytes_for::<f32>(buf)
+                + bytes_for::<f32>(row)
+                + packing_bytes(mchunk, kdim, bp),
+        }
     }
 }
 

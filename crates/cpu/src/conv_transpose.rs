@@ -4,7 +4,7 @@
 
 use crate::backend::{built, constant, Registry};
 use crate::fast::f32_shape;
-use crate::gemm::{packed_bytes, Gemm, MatRef, PackedMatrix, Side};
+use crate::gemm::{packed_bytes, packing_bytes, Gemm, MatRef, PackedMatrix, Packing, Packs, Side};
 use crate::sgemm::{Problem, Src};
 use crate::Sgemm;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -12,6 +12,7 @@ use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTransposeShapes;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
@@ -82,10 +83,6 @@ impl ConvTransposeKernel {
 /// A band's column buffer is kept to about this size (L2).
 const COL_BYTES: usize = 512 << 10;
 
-thread_local! {
-    static COLUMNS: crate::scratch::Scratch<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// The output pointer shared by the bands, each writing its own rows.
 #[derive(Clone, Copy)]
 struct SendPtr(*mut f32);
@@ -101,6 +98,14 @@ impl SendPtr {
 }
 
 impl ConvTransposeKernel {
+    /// Input rows per band: their columns stay in L2.
+    fn band_rows(&self) -> usize {
+        let s = &self.s;
+        let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
+        let (ih, iw) = (s.input[0], s.input[1]);
+        (COL_BYTES / (4 * mg * ks * iw).max(1)).clamp(1, ih.max(1))
+    }
+
     /// `col[Mg * k, n_cols] = W_g^T * X` for the `n_cols` input pixels from `x` (rows `hw`
     /// apart per channel), on this thread.
     #[allow(clippy::too_many_arguments)]
@@ -113,6 +118,7 @@ impl ConvTransposeKernel {
         n_cols: usize,
         hw: usize,
         col: &mut [f32],
+        packs: Packs,
     ) {
         let s = &self.s;
         let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
@@ -143,7 +149,9 @@ impl ConvTransposeKernel {
         };
         assert!(col.len() >= mg * ks * n_cols && (cg == 0 || x.len() >= (cg - 1) * hw + n_cols));
         // SAFETY: col is a dense (mg * ks) x n_cols buffer owned here (asserted).
-        unsafe { prob.run(col.as_mut_ptr(), n_cols, false) };
+        // The product's Result only reports scratch short of what the kernel declared, and
+        // serial packing takes none.
+        unsafe { prob.run(col.as_mut_ptr(), n_cols, Packing::Serial(packs)) }.ok();
     }
 }
 
@@ -253,7 +261,12 @@ impl ConvTransposeKernel {
 }
 
 impl Kernel for ConvTransposeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let (xv, wv) = crate::conv::data_and_weights(inputs, &self.x_shape, &self.w_shape)?;
         let s = &self.s;
         let bias = crate::conv::bias_input(inputs, s.out_channels)?;
@@ -295,7 +308,7 @@ impl Kernel for ConvTransposeKernel {
             return Ok(());
         }
         let disjoint = (kh - 1) * s.dilations[0] < s.strides[0];
-        let band_rows = (COL_BYTES / (4 * mg * ks * iw).max(1)).clamp(1, ih.max(1));
+        let band_rows = self.band_rows();
         let bands = ih.div_ceil(band_rows);
         let parallel = rayon::current_num_threads() > 1;
         for n in 0..s.batch {
@@ -304,13 +317,16 @@ impl Kernel for ConvTransposeKernel {
                 let ys = (n * s.out_channels + g * mg) * out_plane;
                 let y_group = SendPtr(yv[ys..ys + mg * out_plane].as_mut_ptr());
                 let bias_g = bias.map(|b| &b[g * mg..(g + 1) * mg]);
-                let band = |b: usize, planes_parallel: bool| {
+                // A band in parallel works in its worker's region of scratch, bands in turn
+                // in the shared one.
+                let band = |b: usize, planes_parallel: bool, own: &mut Carve| -> OpResult<()> {
                     let rows = b * band_rows..((b + 1) * band_rows).min(ih);
-                    crate::scratch::with_taken(&COLUMNS, |buf| {
+                    {
                         let n_cols = rows.len() * iw;
-                        let col = crate::scratch::grown(buf, mg * ks * n_cols);
+                        let col: &mut [f32] = own.take(mg * ks * n_cols)?;
+                        let packs = Packs::carve(own, mg * ks, cg, n_cols)?;
                         let x = &xv[xs + rows.start * iw..xs + cg * hw];
-                        self.columns(g, cg, wv, x, n_cols, hw, col);
+                        self.columns(g, cg, wv, x, n_cols, hw, col, packs);
                         let owned = if disjoint {
                             let at = |y: usize| {
                                 (y as i64 * s.strides[0] as i64 - s.pad_begin[0])
@@ -344,12 +360,17 @@ impl Kernel for ConvTransposeKernel {
                         } else {
                             planes.chunks_mut(out_plane).enumerate().for_each(plane);
                         }
-                    });
+                    }
+                    Ok(())
                 };
                 if disjoint && parallel && bands > 1 {
-                    (0..bands).into_par_iter().for_each(|b| band(b, false));
+                    (0..bands)
+                        .into_par_iter()
+                        .try_for_each(|b| scratch.with_thread(|own| band(b, false, own)))?;
                 } else {
-                    (0..bands).for_each(|b| band(b, parallel && !disjoint));
+                    (0..bands).try_for_each(|b| {
+                        scratch.with_shared(|own| band(b, parallel && !disjoint, own))
+                    })?;
                 }
                 if !disjoint {
                     // The bands added into the planes; the activation follows.
@@ -365,6 +386,19 @@ impl Kernel for ConvTransposeKernel {
 
     fn name(&self) -> &str {
         "cpu.conv_transpose"
+    }
+
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        // A band's columns and the packing of the product that makes them.
+        let s = &self.s;
+        let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
+        let n_cols = self.band_rows() * s.input[1];
+        let band = bytes_for::<f32>(mg * ks * n_cols)
+            + packing_bytes(mg * ks, s.in_channels / s.group, n_cols);
+        ScratchNeed {
+            shared: band,
+            per_thread: band,
+        }
     }
 
     fn prepacked_bytes(&self) -> usize {

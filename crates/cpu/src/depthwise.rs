@@ -663,7 +663,12 @@ unsafe fn blocked_avx2(
 }
 
 impl Kernel for DepthwiseKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let (xv, wv) = crate::conv::data_and_weights(inputs, &self.x_shape, &self.w_shape)?;
         let bias = crate::conv::bias_input(inputs, self.channels)?;
         let y = outputs

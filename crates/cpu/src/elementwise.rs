@@ -410,7 +410,12 @@ fn src_of(
 }
 
 impl Kernel for BinaryKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let b = input(inputs, 1, &self.b_shape)?;
         let y = output(outputs, 0, self.numel)?;
         if self.numel == 0 {
@@ -617,7 +622,12 @@ struct UnaryKernel {
 }
 
 impl Kernel for UnaryKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let (isa, kind) = (self.isa, self.kind);
         if inputs.first().copied().flatten().is_none() {
             // In place: the output holds the input.
@@ -702,7 +712,12 @@ fn bound(inputs: &[Option<&Tensor>], i: usize, attr: Option<f32>) -> OpResult<Op
 }
 
 impl Kernel for ClipKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let lo = bound(inputs, 1, self.min)?.unwrap_or(f32::NEG_INFINITY);
         let hi = bound(inputs, 2, self.max)?.unwrap_or(f32::INFINITY);
         if inputs.first().copied().flatten().is_none() {

@@ -76,7 +76,7 @@ fn check_isa(
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| kernel.run(&refs, &mut outs)).unwrap();
+        pool.install(|| kernel.run_alone(&refs, &mut outs)).unwrap();
         for (o, e) in outs.iter().zip(&expected) {
             assert_eq!(o.shape(), e.shape(), "{op:?}");
             let (got, want) = (o.as_slice::<f32>().unwrap(), e.as_slice::<f32>().unwrap());
@@ -107,7 +107,8 @@ fn check_isa(
                 vec![
                     Tensor::from_bytes(source.dtype(), &outputs[0].shape, source.bytes()).unwrap(),
                 ];
-            pool.install(|| kernel.run(&in_place, &mut outs)).unwrap();
+            pool.install(|| kernel.run_alone(&in_place, &mut outs))
+                .unwrap();
             let (got, want) = (
                 outs[0].as_slice::<f32>().unwrap(),
                 expected[0].as_slice::<f32>().unwrap(),

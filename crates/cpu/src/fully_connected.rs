@@ -3,13 +3,17 @@
 
 use crate::backend::{built, constant, shape, Registry};
 use crate::fast::f32_shape;
-use crate::gemm::{Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side};
+use crate::gemm::{
+    packing_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing, Sgemm,
+    Side,
+};
 use ferrolite_core::op::required;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::fully_connected::fc_dims;
 use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 
 #[derive(Debug)]
@@ -58,7 +62,12 @@ impl FullyConnectedKernel {
 }
 
 impl Kernel for FullyConnectedKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?;
         op_ensure!(
             x.shape() == self.x_shape,
@@ -124,8 +133,26 @@ impl Kernel for FullyConnectedKernel {
             bias,
             activation: self.activation,
         };
-        self.gemm
-            .gemm(m, k, n, 1.0, Operand::Mat(a), w, false, c, &epilogue, true)
+        let packing = Packing::Parallel(scratch);
+        self.gemm.gemm(
+            m,
+            k,
+            n,
+            1.0,
+            Operand::Mat(a),
+            w,
+            false,
+            c,
+            &epilogue,
+            packing,
+        )
+    }
+
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        ScratchNeed {
+            shared: 0,
+            per_thread: packing_bytes(self.m, self.k, self.n),
+        }
     }
 
     fn name(&self) -> &str {

@@ -2,8 +2,10 @@
 //! our packed microkernels ([`crate::sgemm`]).
 
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
+pub use crate::sgemm::{packing_bytes, Packing, Packs};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::prepacked::{self, Packed};
+use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
 
@@ -172,9 +174,9 @@ fn distinct(rows: usize, cols: usize, rs: usize, cs: usize) -> bool {
 pub trait Gemm: Debug + Send + Sync {
     /// `C = alpha * A * B (+ C when accumulate)`, then the epilogue, with `A: m x k`,
     /// `B: k x n`, `C: m x n`. Without `accumulate` C is overwritten without being read.
-    /// `parallel` lets it split the work over the current rayon pool. Errors when a slice is
-    /// too short for its shape and strides, C's strides alias elements, or a packed operand
-    /// does not match.
+    /// `packing` says where it packs blocks of its operands, and whether it may split the
+    /// work over the current rayon pool. Errors when a slice is too short for its shape and
+    /// strides, C's strides alias elements, or a packed operand does not match.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         &self,
@@ -187,7 +189,7 @@ pub trait Gemm: Debug + Send + Sync {
         accumulate: bool,
         c: MatMut,
         epilogue: &Epilogue,
-        parallel: bool,
+        packing: Packing,
     ) -> OpResult<()>;
 
     /// Packs a `rows x cols` matrix for use as the given side of many products.
@@ -218,18 +220,49 @@ pub trait Gemm: Debug + Send + Sync {
             c
         };
         let (a, b) = (Operand::Mat(a), Operand::Mat(b));
-        self.gemm(
-            m,
-            k,
-            n,
-            alpha,
-            a,
-            b,
-            beta != 0.0,
-            c,
-            &Epilogue::default(),
-            false,
-        )
+        with_own_packing(m, k, n, false, |packing| {
+            self.gemm(
+                m,
+                k,
+                n,
+                alpha,
+                a,
+                b,
+                beta != 0.0,
+                c,
+                &Epilogue::default(),
+                packing,
+            )
+        })
+    }
+}
+
+/// Runs `f` with packing memory of its own for an `m x k` by `k x n` product, split over the
+/// current rayon pool when `parallel`: for products outside a plan (tests, tools). Kernels
+/// declare theirs ([`packing_bytes`]) and take it from the plan's scratch.
+pub fn with_own_packing<R>(
+    m: usize,
+    k: usize,
+    n: usize,
+    parallel: bool,
+    f: impl FnOnce(Packing) -> OpResult<R>,
+) -> OpResult<R> {
+    let bytes = packing_bytes(m, k, n);
+    if parallel {
+        let scratch = Scratch::for_need(ScratchNeed {
+            shared: 0,
+            per_thread: bytes,
+        });
+        f(Packing::Parallel(&scratch))
+    } else {
+        let scratch = Scratch::new(
+            ScratchNeed {
+                shared: bytes,
+                per_thread: 0,
+            },
+            1,
+        );
+        scratch.with_shared(|carve| f(Packing::Serial(Packs::carve(carve, m, k, n)?)))
     }
 }
 
@@ -297,7 +330,7 @@ impl Gemm for Sgemm {
         accumulate: bool,
         c: MatMut,
         epilogue: &Epilogue,
-        parallel: bool,
+        packing: Packing,
     ) -> OpResult<()> {
         let a = Self::src(a, m, k, Side::A)?;
         let b = Self::src(b, k, n, Side::B)?;
@@ -346,7 +379,7 @@ impl Gemm for Sgemm {
         if c.cs == 1 && (m == 1 || c.rs >= n) {
             // SAFETY: C (row stride c.rs, contiguous columns) fits its slice (checked above),
             // rows do not overlap, and it is borrowed mutably, so no one else touches it.
-            unsafe { p.run(c.data.as_mut_ptr(), c.rs, parallel) };
+            unsafe { p.run(c.data.as_mut_ptr(), c.rs, packing)? };
         } else {
             // Other layouts: compute into a dense buffer, then scatter.
             let mut t = vec![0.0f32; m * n];
@@ -358,7 +391,7 @@ impl Gemm for Sgemm {
                 }
             }
             // SAFETY: t is a dense m x n buffer owned here.
-            unsafe { p.run(t.as_mut_ptr(), n, parallel) };
+            unsafe { p.run(t.as_mut_ptr(), n, packing)? };
             for i in 0..m {
                 for j in 0..n {
                     c.data[i * c.rs + j * c.cs] = t[i * n + j];
@@ -678,22 +711,24 @@ mod tests {
                             activation: act,
                         };
                         pool.install(|| {
-                            g.gemm(
-                                m,
-                                k,
-                                n,
-                                alpha,
-                                oa,
-                                ob,
-                                accumulate,
-                                MatMut {
-                                    data: &mut c,
-                                    rs: n,
-                                    cs: 1,
-                                },
-                                &epi,
-                                t % 2 == 0,
-                            )
+                            with_own_packing(m, k, n, t % 2 == 0, |packing| {
+                                g.gemm(
+                                    m,
+                                    k,
+                                    n,
+                                    alpha,
+                                    oa,
+                                    ob,
+                                    accumulate,
+                                    MatMut {
+                                        data: &mut c,
+                                        rs: n,
+                                        cs: 1,
+                                    },
+                                    &epi,
+                                    packing,
+                                )
+                            })
                         })
                         .unwrap();
                         for i in 0..m {
@@ -802,8 +837,21 @@ mod bench {
                     ),
                     None => (Operand::Packed(&pa), Operand::Mat(bm)),
                 };
-                g.gemm(m, k, n, 1.0, oa, ob, false, c, &Epilogue::default(), false)
-                    .unwrap();
+                with_own_packing(m, k, n, false, |packing| {
+                    g.gemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        oa,
+                        ob,
+                        false,
+                        c,
+                        &Epilogue::default(),
+                        packing,
+                    )
+                })
+                .unwrap();
             }
             let s = t.elapsed().as_secs_f64() / reps as f64;
             println!(

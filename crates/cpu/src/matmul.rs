@@ -5,7 +5,8 @@
 use crate::backend::{built, constant, shape, Registry};
 use crate::fast::f32_shape;
 use crate::gemm::{
-    packed_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Side,
+    packed_bytes, packing_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix,
+    Packing, Packs, Side,
 };
 use crate::Sgemm;
 use ferrolite_core::op::required;
@@ -16,6 +17,7 @@ use ferrolite_core::ops::linalg::matmul::MatMulShapes;
 use ferrolite_core::ops::util::broadcast_offsets;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
@@ -80,7 +82,12 @@ impl MatMulKernel {
 }
 
 impl Kernel for MatMulKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let a = required(inputs, 0)?;
         let b = required(inputs, 1)?;
         check_shape(a, &self.a_shape, "input 0 (A)")?;
@@ -96,7 +103,7 @@ impl Kernel for MatMulKernel {
             return Ok(());
         }
         let batches = self.a_index.len();
-        let one = |out: &mut [f32], ia: usize, ib: usize, parallel: bool| {
+        let one = |out: &mut [f32], ia: usize, ib: usize, packing: Packing| {
             let a_mat = MatRef {
                 data: av.get(ia * m * k..).unwrap_or(&[]),
                 rs: k,
@@ -118,22 +125,34 @@ impl Kernel for MatMulKernel {
             let epi = Epilogue::default();
             let a_mat = Operand::Mat(a_mat);
             self.gemm
-                .gemm(m, k, n, 1.0, a_mat, b_mat, false, c, &epi, parallel)
+                .gemm(m, k, n, 1.0, a_mat, b_mat, false, c, &epi, packing)
         };
         let threads = rayon::current_num_threads();
         if batches > 1 && batches >= threads && 2 * m * n * k * batches >= 1 << 18 {
             yv.par_chunks_mut(m * n)
                 .zip(self.a_index.par_iter().zip(&self.b_index))
-                .try_for_each(|(out, (&ia, &ib))| one(out, ia, ib, false))
+                .try_for_each(|(out, (&ia, &ib))| {
+                    scratch.with_thread(|carve| {
+                        let packs = Packs::carve(carve, m, k, n)?;
+                        one(out, ia, ib, Packing::Serial(packs))
+                    })
+                })
         } else {
             yv.chunks_mut(m * n)
                 .zip(self.a_index.iter().zip(&self.b_index))
-                .try_for_each(|(out, (&ia, &ib))| one(out, ia, ib, true))
+                .try_for_each(|(out, (&ia, &ib))| one(out, ia, ib, Packing::Parallel(scratch)))
         }
     }
 
     fn name(&self) -> &str {
         "cpu.matmul"
+    }
+
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        ScratchNeed {
+            shared: 0,
+            per_thread: packing_bytes(self.s.m, self.s.k, self.s.n),
+        }
     }
 
     fn prepacked_bytes(&self) -> usize {
@@ -227,7 +246,12 @@ impl GemmKernel {
 }
 
 impl Kernel for GemmKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let a = required(inputs, 0)?;
         let b = required(inputs, 1)?;
         check_shape(a, &self.a_shape, "input 0 (A)")?;
@@ -311,12 +335,19 @@ impl Kernel for GemmKernel {
             accumulate,
             c,
             &epi,
-            true,
+            Packing::Parallel(scratch),
         )
     }
 
     fn name(&self) -> &str {
         "cpu.gemm"
+    }
+
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        ScratchNeed {
+            shared: 0,
+            per_thread: packing_bytes(self.m, self.k, self.n),
+        }
     }
 
     fn prepacked_bytes(&self) -> usize {

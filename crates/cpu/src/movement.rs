@@ -318,7 +318,12 @@ impl TransposeKernel {
 }
 
 impl Kernel for TransposeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         if !self.bytes {
             let x = input(inputs, 0, &self.x)?;
             let y = output(outputs, 0, x.len())?;
@@ -363,7 +368,12 @@ struct BlockKernel {
 }
 
 impl Kernel for BlockKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let total: usize = self.blocks.iter().sum();
         if self.concat {
             let xs: Vec<&[f32]> = self

@@ -124,7 +124,12 @@ struct LayerNormKernel {
 }
 
 impl Kernel for LayerNormKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let s = input(inputs, 1, &self.s)?;
         let b = match &self.b {
@@ -210,7 +215,12 @@ impl BatchNormKernel {
 }
 
 impl Kernel for BatchNormKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let (groups, lanes) = (self.x[1], self.lanes);
         let c = groups * lanes;

@@ -259,7 +259,12 @@ impl PoolKernel {
 }
 
 impl Kernel for PoolKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let planes = self.x[0] * self.x[1];
         let (ip, op) = (
@@ -296,7 +301,12 @@ struct GlobalPoolKernel {
 }
 
 impl Kernel for GlobalPoolKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let planes = self.x[0] * self.x[1];
         let plane: usize = self.x[2..].iter().product();
@@ -706,7 +716,12 @@ unsafe fn pool_pixels<const MAX: bool, const N: usize>(
 }
 
 impl Kernel for BlockedPoolKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let planes = self.x[0] * self.x[1];
         let ip = self.gh.input * self.gw.input * LANES;
@@ -749,7 +764,12 @@ impl BlockedGlobalPoolKernel {
 }
 
 impl Kernel for BlockedGlobalPoolKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let planes = self.x[0] * self.x[1];
         let hw = self.x[2] * self.x[3];

@@ -506,7 +506,7 @@ impl QConvKernel {
         centered(src, signed, xz, xf, avx2);
         let mut outs = [acc];
         ch.kernel
-            .run(&[Some(&xt), Some(&ch.weights), None], &mut outs)?;
+            .run_alone(&[Some(&xt), Some(&ch.weights), None], &mut outs)?;
         let [acc] = outs;
         let sums = acc.as_slice::<f32>()?;
         let planes = dst
@@ -643,7 +643,12 @@ mod avx512 {
 }
 
 impl Kernel for QConvKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?;
         op_ensure!(
             x.shape() == self.x_shape.as_slice(),

@@ -1003,7 +1003,12 @@ mod avx512 {
 }
 
 impl Kernel for QConvNhwcKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?;
         op_ensure!(
             x.shape() == self.x_shape.as_slice(),

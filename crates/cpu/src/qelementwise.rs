@@ -62,7 +62,12 @@ avx2_or_plain! {
 }
 
 impl Kernel for QuantizeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?.as_slice::<f32>()?;
         let y = outputs
             .first_mut()
@@ -90,7 +95,12 @@ struct DequantizeKernel {
 }
 
 impl Kernel for DequantizeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?.bytes();
         let y = outputs
             .first_mut()
@@ -121,7 +131,12 @@ struct QMaxPoolKernel {
 }
 
 impl Kernel for QMaxPoolKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?;
         op_ensure!(
             x.shape() == self.x.as_slice(),
@@ -346,7 +361,12 @@ fn quantize_u8_impl(x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
 }
 
 impl Kernel for DynamicQuantizeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?.as_slice::<f32>()?;
         op_ensure!(
             outputs.len() == 3,

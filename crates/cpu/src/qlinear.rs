@@ -103,7 +103,12 @@ fn unary_table_vbmi(isa: Isa) -> bool {
 }
 
 impl Kernel for UnaryTable {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?.bytes();
         let y = outputs
             .first_mut()
@@ -172,7 +177,12 @@ fn channel_tables(
 }
 
 impl Kernel for ChannelTables {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = crate::fast::input_bytes(inputs, 0, &self.x)?;
         let y = crate::fast::output_bytes(outputs, 0, x.len())?;
         let channels = self.x[1];
@@ -347,7 +357,12 @@ fn binary_table(
 }
 
 impl Kernel for BinaryTable {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let a = required(inputs, 0)?.bytes();
         let b = required(inputs, 3)?.bytes();
         let y = outputs
@@ -489,7 +504,12 @@ fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
 }
 
 impl Kernel for QAddKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let a = required(inputs, 0)?.bytes();
         let b = required(inputs, 3)?.bytes();
         let y = outputs
@@ -588,7 +608,12 @@ fn qmul_kernel(r: &KernelRequest, isa: Isa) -> Result<QMulKernel, String> {
 }
 
 impl Kernel for QMulKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let n = self.out_len;
         let (a, b, y) = binary_operands(inputs, outputs, n)?;
         let (za, zb) = self.zero;
@@ -800,7 +825,12 @@ impl QdqBinaryKernel {
 }
 
 impl Kernel for QdqBinaryKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let n = self.out_len;
         let (a, b, y) = binary_operands(inputs, outputs, n)?;
         let sizes_ok = match self.pairing {
@@ -1086,7 +1116,12 @@ fn concat_tables(c: &QLinearConcat, r: &KernelRequest) -> Result<ConcatTables, S
 }
 
 impl Kernel for ConcatTables {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let y = outputs
             .first_mut()
             .ok_or_else(|| OpError("no output".into()))?;
@@ -1200,7 +1235,12 @@ impl QGlobalAverage {
 }
 
 impl Kernel for QGlobalAverage {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?.bytes();
         let y = outputs
             .first_mut()

@@ -360,7 +360,12 @@ impl QMatMulKernel {
 }
 
 impl Kernel for QMatMulKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let a = required(inputs, 0)?;
         let a_zero = match self.a_zero_input {
             None => self.a_zero,

@@ -26,7 +26,12 @@ struct QMaxPoolNhwc {
 }
 
 impl Kernel for QMaxPoolNhwc {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = required(inputs, 0)?;
         op_ensure!(
             x.shape() == self.x.as_slice(),

@@ -61,7 +61,7 @@ fn check_q_every_isa(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[boo
     for isa in Isa::available() {
         let (kernel, outputs) = kernel_for(&CpuBackend::new(isa), &op, inputs, constant);
         let mut outs = vec![Tensor::full(outputs[0].dtype, &outputs[0].shape, 7.0).unwrap()];
-        kernel.run(&refs, &mut outs).unwrap();
+        kernel.run_alone(&refs, &mut outs).unwrap();
         let (g, w) = (outs[0].to_i64_vec(), want.to_i64_vec());
         assert_eq!(g.len(), w.len());
         let off: Vec<usize> = (0..g.len()).filter(|&i| g[i] != w[i]).collect();
@@ -568,7 +568,7 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
                     let (k, outs) =
                         kernel_for(&CpuBackend::new(isa), &op, &ins, &[false, true, true]);
                     let mut y = vec![Tensor::zeros(outs[0].dtype, &outs[0].shape).unwrap()];
-                    k.run(&refs, &mut y).unwrap();
+                    k.run_alone(&refs, &mut y).unwrap();
                     assert_eq!(
                         y[0].as_slice::<f32>().unwrap(),
                         want.as_slice::<f32>().unwrap()
@@ -684,7 +684,7 @@ fn qgemm_matches_reference() {
                     let dynop: Arc<dyn Op> = op.clone();
                     let (kernel, outs) = kernel_for(&CpuBackend::new(isa), &dynop, &ins, &constant);
                     let mut y = vec![Tensor::zeros(outs[0].dtype, &outs[0].shape).unwrap()];
-                    kernel.run(&refs, &mut y).unwrap();
+                    kernel.run_alone(&refs, &mut y).unwrap();
                     assert_eq!(
                         y[0].as_slice::<f32>().unwrap(),
                         want.as_slice::<f32>().unwrap()
@@ -747,7 +747,7 @@ fn unary_table_kernels_are_exact_on_every_isa() {
                 for isa in Isa::available() {
                     let (kernel, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &constant);
                     let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
-                    kernel.run(&refs, &mut y).unwrap();
+                    kernel.run_alone(&refs, &mut y).unwrap();
                     assert_eq!(y[0].bytes(), want.bytes(), "{isa:?} {op:?} {d} len {len}");
                 }
             }
@@ -885,7 +885,7 @@ fn dynamic_quantize_matches_reference() {
                 .iter()
                 .map(|o| Tensor::zeros(o.dtype, &o.shape).unwrap())
                 .collect();
-            k.run(&refs, &mut got).unwrap();
+            k.run_alone(&refs, &mut got).unwrap();
             assert_eq!(k.name(), "cpu.dynamic_quantize");
             for (g, w) in got.iter().zip(&want) {
                 assert_eq!(g.bytes(), w.bytes(), "{isa:?} n {n}");
@@ -980,7 +980,7 @@ fn qlinear_add_matches_reference_exactly() {
                 for isa in Isa::available() {
                     let (k, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &constant);
                     let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
-                    k.run(&refs, &mut y).unwrap();
+                    k.run_alone(&refs, &mut y).unwrap();
                     assert_eq!(
                         y[0].to_i64_vec(),
                         want.to_i64_vec(),
@@ -1012,7 +1012,7 @@ fn check_exact(
     for isa in Isa::available() {
         let (k, outs) = kernel_for(&CpuBackend::new(isa), op, ins, constant);
         let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
-        k.run(&refs, &mut y).unwrap();
+        k.run_alone(&refs, &mut y).unwrap();
         assert_eq!(y[0].shape(), want.shape(), "{isa:?} {what}");
         assert_eq!(y[0].bytes(), want.bytes(), "{isa:?} {} {what}", k.name());
         names.push(k.name().to_string());
@@ -1158,7 +1158,7 @@ fn int8_transpose_matches_reference_exactly() {
                 let mut y = vec![Tensor::full(dtype, &outs[0].shape, 7.0).unwrap()];
                 for threads in [1, 3] {
                     pool(threads)
-                        .install(|| k.run(&[Some(&t)], &mut y))
+                        .install(|| k.run_alone(&[Some(&t)], &mut y))
                         .unwrap();
                     assert_eq!(y[0].shape(), want.shape());
                     assert_eq!(y[0].bytes(), want.bytes(), "{isa:?} {x:?} {perm:?} {dtype}");

@@ -190,7 +190,12 @@ impl ReduceKernel {
 }
 
 impl Kernel for ReduceKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let (red, inner) = (self.red, self.inner);
         let y = output(outputs, 0, self.outer * inner)?;

@@ -171,7 +171,12 @@ impl ResizeKernel {
 }
 
 impl Kernel for ResizeKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let ip = self.x[2] * self.x[3];
         let op = self.out[2] * self.out[3];
@@ -205,7 +210,12 @@ struct NearestBytes {
 }
 
 impl Kernel for NearestBytes {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input_bytes(inputs, 0, &self.x)?;
         let y = output_bytes(outputs, 0, self.out.iter().product())?;
         let (iw, ow) = (self.x[3], self.out[3]);

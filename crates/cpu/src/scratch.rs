@@ -1,18 +1,9 @@
-//! Per-thread scratch buffers kept between runs: allocating them per run cost page faults and
-//! zero fills on every call.
+//! Per-thread buffers of the int8 kernels kept between runs: allocating them per run cost page
+//! faults and zero fills on every call. Their packed operands are owned types; moving them to
+//! the plan's scratch ([`ferrolite_core::scratch`]), as the f32 kernels' is, is still to do.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
-
-/// The first `n` values of a scratch buffer, grown when needed but never cleared: callers
-/// write every value they read (zeroing shared scratch on every call cost as much as using
-/// it).
-pub(crate) fn grown(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
-}
 
 /// This thread's scratch buffers of one kind: a stack rather than one slot, because while a
 /// kernel waits for its rayon tasks, rayon may run another kernel (or another task of the same
@@ -38,16 +29,4 @@ pub(crate) fn put_back<T>(key: &'static LocalKey<Scratch<T>>, buffer: T) {
             kept.push(buffer);
         }
     });
-}
-
-/// Runs `f` with one of this thread's buffers in `key`, taken out for the call and put back
-/// after rather than borrowed (see [`Scratch`]).
-pub(crate) fn with_taken<T: Default, R>(
-    key: &'static LocalKey<Scratch<T>>,
-    f: impl FnOnce(&mut T) -> R,
-) -> R {
-    let mut s = take(key);
-    let r = f(&mut s);
-    put_back(key, s);
-    r
 }

@@ -170,7 +170,12 @@ fn block(isa: Isa, x: &[f32], y: &mut [f32], len: usize, inner: usize, log: bool
 }
 
 impl Kernel for SoftmaxKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let y = output(outputs, 0, x.len())?;
         let blk = self.len * self.inner;

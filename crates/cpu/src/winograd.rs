@@ -18,23 +18,17 @@
 //! fill its GEMMs, so the conv picks it for larger outputs only.
 
 use crate::gemm::{
-    packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Sgemm, Side,
+    packed_bytes, packing_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing,
+    Packs, Sgemm, Side,
 };
-use crate::scratch::{grown, with_taken};
 use crate::sgemm::MR;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::prepacked;
+use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
-use std::cell::RefCell;
-
-thread_local! {
-    /// A block's transformed inputs and products (`v`, `z`), kept between runs: allocating
-    /// them per run cost a zero fill and page faults on every block.
-    static SCRATCH: crate::scratch::Scratch<(Vec<f32>, Vec<f32>)> = const { RefCell::new(Vec::new()) };
-}
 
 /// Work (multiply-adds of the direct convolution) below which a conv runs on one thread.
 const PARALLEL_MACS: usize = 1 << 18;
@@ -409,17 +403,17 @@ impl WinogradKernel {
         ty1: usize,
         bias: Option<&[f32]>,
         out: &mut [&mut [f32]],
-        v: &mut Vec<f32>,
-        z: &mut Vec<f32>,
+        carve: &mut Carve,
+        scratch: &Scratch,
         inner: bool,
     ) -> OpResult<()> {
         #[cfg(target_arch = "x86_64")]
         if self.gemm.isa.has_avx2() {
             // SAFETY: the Avx2Fma GEMM is only chosen on CPUs with AVX2 and FMA, the only
             // requirement of the target_feature function, whose body is safe code.
-            return unsafe { self.block_avx2(x, ty0, ty1, bias, out, v, z, inner) };
+            return unsafe { self.block_avx2(x, ty0, ty1, bias, out, carve, scratch, inner) };
         }
-        self.block_impl(x, ty0, ty1, bias, out, v, z, inner)
+        self.block_impl(x, ty0, ty1, bias, out, carve, scratch, inner)
     }
 
     /// [`Self::block`] compiled for AVX2, so the transforms' loops use 8-wide vectors.
@@ -433,11 +427,11 @@ impl WinogradKernel {
         ty1: usize,
         bias: Option<&[f32]>,
         out: &mut [&mut [f32]],
-        v: &mut Vec<f32>,
-        z: &mut Vec<f32>,
+        carve: &mut Carve,
+        scratch: &Scratch,
         inner: bool,
     ) -> OpResult<()> {
-        self.block_impl(x, ty0, ty1, bias, out, v, z, inner)
+        self.block_impl(x, ty0, ty1, bias, out, carve, scratch, inner)
     }
 
     #[inline(always)]
@@ -449,22 +443,22 @@ impl WinogradKernel {
         ty1: usize,
         bias: Option<&[f32]>,
         out: &mut [&mut [f32]],
-        v: &mut Vec<f32>,
-        z: &mut Vec<f32>,
+        carve: &mut Carve,
+        scratch: &Scratch,
         inner: bool,
     ) -> OpResult<()> {
         let (_, tw) = self.tiles();
         let (c, m) = (self.c, self.m);
         let planes = self.tile.patch() * self.tile.patch();
         let n = (ty1 - ty0) * tw;
-        // Grown only: every value a block reads is written first (input transform, GEMMs).
-        let v = grown(v, planes * c * n);
-        let z = grown(z, planes * m * n);
+        // Every value a block reads is written first (input transform, GEMMs).
+        let v: &mut [f32] = carve.take(planes * c * n)?;
+        let z: &mut [f32] = carve.take(planes * m * n)?;
         match self.tile {
             WinogradTile::F2 => self.input_f2(x, ty0, ty1, v),
             WinogradTile::F4 => self.input_f4(x, ty0, ty1, v),
         }
-        let gemm_plane = |(p, zp): (usize, &mut [f32])| {
+        let gemm_plane = |(p, zp): (usize, &mut [f32]), packs: Packs| {
             let b = MatRef {
                 data: &v[p * c * n..(p + 1) * c * n],
                 rs: n,
@@ -485,20 +479,24 @@ impl WinogradKernel {
                 false,
                 zp,
                 &Epilogue::default(),
-                false,
+                Packing::Serial(packs),
             )
         };
         let planes = &mut z[..planes * m * n];
         if inner {
+            // Each plane's task packs in its worker's region.
             planes
                 .par_chunks_mut(m * n)
                 .enumerate()
-                .try_for_each(gemm_plane)?;
+                .try_for_each(|pz| {
+                    scratch.with_thread(|cv| gemm_plane(pz, Packs::carve(cv, m, c, n)?))
+                })?;
         } else {
+            let mut packs = Packs::carve(carve, m, c, n)?;
             planes
                 .chunks_mut(m * n)
                 .enumerate()
-                .try_for_each(gemm_plane)?;
+                .try_for_each(|pz| gemm_plane(pz, packs.reborrow()))?;
         }
         let z: &[f32] = z;
         let per_channel = |(mi, yc): (usize, &mut &mut [f32])| match self.tile {
@@ -768,7 +766,12 @@ impl WinogradKernel {
 }
 
 impl Kernel for WinogradKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let x = ferrolite_core::op::required(inputs, 0)?;
         op_ensure!(
             x.shape() == self.x_shape.as_slice(),
@@ -812,15 +815,23 @@ impl Kernel for WinogradKernel {
                     rest = tail;
                 }
             }
-            let work = |((a, b), mut piece): ((usize, usize), Vec<&mut [f32]>)| {
-                with_taken(&SCRATCH, |(v, z)| {
-                    self.block(xi, a, b, bias, &mut piece, v, z, inner)
-                })
+            // A block in parallel works in its worker's region, blocks in turn in the shared
+            // one (their GEMMs may then spread over the workers' regions).
+            let work = |((a, b), mut piece): ((usize, usize), Vec<&mut [f32]>), cv: &mut Carve| {
+                self.block(xi, a, b, bias, &mut piece, cv, scratch, inner)
             };
             if parallel {
-                blocks.par_iter().copied().zip(pieces).try_for_each(work)?;
+                blocks
+                    .par_iter()
+                    .copied()
+                    .zip(pieces)
+                    .try_for_each(|w| scratch.with_thread(|cv| work(w, cv)))?;
             } else {
-                blocks.iter().copied().zip(pieces).try_for_each(work)?;
+                blocks
+                    .iter()
+                    .copied()
+                    .zip(pieces)
+                    .try_for_each(|w| scratch.with_shared(|cv| work(w, cv)))?;
             }
         }
         Ok(())
@@ -835,6 +846,21 @@ impl Kernel for WinogradKernel {
 
     fn prepacked_bytes(&self) -> usize {
         packed_bytes(&self.u)
+    }
+
+    fn scratch(&self, threads: usize) -> ScratchNeed {
+        // A block's transformed inputs and products and its GEMMs' packing, in the shared
+        // region (blocks in turn) or a worker's (blocks in parallel).
+        let (_, tw) = self.tiles();
+        let n = self.rows_per_block(threads) * tw;
+        let planes = self.tile.patch() * self.tile.patch();
+        let block = bytes_for::<f32>(planes * self.c * n)
+            + bytes_for::<f32>(planes * self.m * n)
+            + packing_bytes(self.m, self.c, n);
+        ScratchNeed {
+            shared: block,
+            per_thread: block,
+        }
     }
 }
 
@@ -973,7 +999,7 @@ mod tests {
                         [Tensor::zeros(ferrolite_core::DType::F32, want.shape()).unwrap()];
                     // Twice: the second run reuses the scratch buffers.
                     for _ in 0..2 {
-                        pool.install(|| k.run(&ins, &mut out)).unwrap();
+                        pool.install(|| k.run_alone(&ins, &mut out)).unwrap();
                         let got = out[0].as_slice::<f32>().unwrap();
                         let want = want.as_slice::<f32>().unwrap();
                         // F(4x4) rounds relative to the size of the outputs around, not of

@@ -241,15 +241,18 @@ impl Prepared {
     }
 }
 
-/// Refuses a plan whose weights, arena and prepacked weights together pass the cap.
-fn check_plan_memory(graph: &Graph, plan: &Plan, limit: Option<u64>) -> Result<()> {
+/// Refuses a plan whose weights, arena, kernels' scratch (at `threads` workers) and prepacked
+/// weights together pass the cap.
+fn check_plan_memory(graph: &Graph, plan: &Plan, threads: usize, limit: Option<u64>) -> Result<()> {
     let Some(limit) = limit else { return Ok(()) };
+    let memory = plan.memory_stats(threads);
     let needed = weight_bytes(graph)
-        .saturating_add(plan.memory_stats().arena_bytes)
+        .saturating_add(memory.arena_bytes)
+        .saturating_add(memory.scratch.bytes(threads))
         .saturating_add(plan.prepacked_bytes());
     if needed > limit {
         return Err(Error::MemoryLimit {
-            what: "the plan (weights, arena and prepacked weights)".into(),
+            what: "the plan (weights, arena, kernels' scratch and prepacked weights)".into(),
             needed,
             limit,
         });
@@ -841,7 +844,7 @@ impl Session {
                 (plan, report)
             }
         };
-        check_plan_memory(&graph, &plan, limit)?;
+        check_plan_memory(&graph, &plan, self.threads(), limit)?;
         let prepared = Arc::new(Prepared {
             graph,
             plan,
@@ -930,7 +933,7 @@ impl Session {
             Arc::new(ReferenceKernels)
         };
         let plan = Plan::build(&graph, &dynamic, Some(cpu.as_ref()))?;
-        check_plan_memory(&graph, &plan, self.options.max_memory)?;
+        check_plan_memory(&graph, &plan, self.threads(), self.options.max_memory)?;
         Ok(Prepared {
             graph,
             plan,

@@ -170,7 +170,7 @@ fn a_cap_refuses_tensors_that_fit_the_per_tensor_limit() {
 }
 
 #[test]
-fn a_cap_counts_weights_arena_and_prepacked_copies() {
+fn a_cap_counts_weights_arena_scratch_and_prepacked_copies() {
     let shape = vec![1, 3, 48, 192];
     let roomy = Session::from_path(demo(), SessionOptions::default()).unwrap();
     let prepared = roomy.prerun(std::slice::from_ref(&shape)).unwrap();
@@ -181,13 +181,27 @@ fn a_cap_counts_weights_arena_and_prepacked_copies() {
         .filter_map(|v| v.constant.as_ref())
         .map(|t| t.byte_len() as u64)
         .sum();
-    let arena = prepared.plan.memory_stats().arena_bytes;
+    let memory = prepared.plan.memory_stats(roomy.threads());
+    let (arena, scratch) = (memory.arena_bytes, memory.scratch.bytes(roomy.threads()));
     let prepacked = prepared.plan.prepacked_bytes();
     assert!(
         weights > 100_000 && arena > 0 && prepacked > 0,
         "{weights} {arena} {prepacked}"
     );
-    let total = weights + arena + prepacked;
+    let total = weights + arena + scratch + prepacked;
+    // The convolutions' scratch counts: a cap that leaves room for all else is refused.
+    assert!(scratch > 0, "{memory:?}");
+    let no_scratch = SessionOptions::default().with_max_memory(total - scratch);
+    match Session::from_path(demo(), no_scratch)
+        .unwrap()
+        .prerun(std::slice::from_ref(&shape))
+    {
+        Err(Error::MemoryLimit { what, needed, .. }) => {
+            assert!(what.contains("scratch"), "{what}");
+            assert_eq!(needed, total);
+        }
+        r => panic!("{r:?}"),
+    }
     // Exactly the total fits, and runs.
     let fits =
         Session::from_path(demo(), SessionOptions::default().with_max_memory(total)).unwrap();

@@ -154,7 +154,12 @@ impl KernelProvider for FakeKernels {
 struct FakeCopy(Arc<FakeCounters>);
 
 impl Kernel for FakeCopy {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &crate::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = inputs
             .first()
             .copied()

@@ -179,7 +179,12 @@ impl SubgraphKernel {
 }
 
 impl Kernel for SubgraphKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &crate::scratch::Scratch,
+    ) -> OpResult<()> {
         let ins: Vec<&Tensor> = inputs
             .iter()
             .enumerate()

@@ -15,9 +15,9 @@ use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::prepacked::{self, Packed};
+use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{OpResult, Tensor};
 use rayon::prelude::*;
-use std::cell::RefCell;
 
 /// Output pixels per register tile: ten accumulators, two weight vectors and a broadcast fit
 /// the sixteen registers with room to spare. With six pixels (twelve accumulators) LLVM
@@ -65,10 +65,6 @@ impl InputLayout {
     fn group_stride(&self) -> usize {
         self.ph * self.pw * self.pixel * if self.pixel == 1 { self.group_len } else { 1 }
     }
-}
-
-thread_local! {
-    static PADDED: crate::scratch::Scratch<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A 2-D convolution, group 1, on blocked output.
@@ -344,7 +340,12 @@ impl ConvKernel {
 }
 
 impl Kernel for ConvKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let g = &self.s.geometry;
         let out_len = self.s.batch * self.s.out_channels * g.output[0] * g.output[1];
@@ -378,15 +379,16 @@ impl Kernel for ConvKernel {
         while threads > 1 && !(pairs * bands).is_multiple_of(threads) && bands < oh {
             bands += 1;
         }
-        crate::scratch::with_taken(&PADDED, |buf| {
+        scratch.with_shared(|shared| -> OpResult<()> {
+            // The padded copy of one image.
+            let buf: &mut [f32] = shared.take(if self.pads() { padded_len } else { 0 })?;
             for (xi, yi) in x
                 .chunks_exact(in_item.max(1))
                 .zip(y.chunks_exact_mut(out_item.max(1)))
             {
                 let src: &[f32] = if self.pads() {
-                    let p = crate::scratch::grown(buf, padded_len);
-                    self.pad(xi, p);
-                    p
+                    self.pad(xi, buf);
+                    buf
                 } else {
                     xi
                 };
@@ -406,12 +408,25 @@ impl Kernel for ConvKernel {
                     (0..units).for_each(unit);
                 }
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
 
     fn name(&self) -> &str {
         "cpu.nchwc.conv"
+    }
+
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        let l = &self.layout;
+        let padded = if self.pads() {
+            l.groups * l.group_stride()
+        } else {
+            0
+        };
+        ScratchNeed {
+            shared: bytes_for::<f32>(padded),
+            per_thread: 0,
+        }
     }
 
     fn prepacked_bytes(&self) -> usize {

@@ -14,6 +14,7 @@ use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{OpResult, Tensor};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -29,10 +30,6 @@ const MIN_BAND_ROWS: usize = 8;
 /// Padded planes up to this size are copied band by band (56 x 56 pixels: 1.1x faster than
 /// in place; 112 x 112: 1.1-1.15x slower).
 const COPIED_PLANE_BYTES: usize = 160 << 10;
-
-thread_local! {
-    static PADDED: crate::scratch::Scratch<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// Bands of output rows computed from a zero-padded copy of the input rows they read, so
 /// every pixel's window lies inside the copy: no pixel needs bounds tests.
@@ -73,6 +70,11 @@ impl Bands {
         })
     }
 
+    /// Floats of a band's padded copy.
+    fn copy_len(&self) -> usize {
+        self.geometry.input[0] * self.geometry.input[1] * B
+    }
+
     /// Band `band`'s input rows of `src` (one plane, geometry `g`) with their padding, in
     /// `buf`: rows of the padded image from the band's first output row's window on, zeros
     /// past the image.
@@ -81,12 +83,12 @@ impl Bands {
         g: &ConvGeometry,
         band: usize,
         src: &[f32],
-        buf: &'a mut Vec<f32>,
+        buf: &'a mut [f32],
     ) -> &'a [f32] {
         let (ih, iw, pt, pl) = (g.input[0], g.input[1], g.pad_begin[0], g.pad_begin[1]);
         let [rows, pw] = [self.geometry.input[0], self.geometry.input[1]];
         let first = band * self.rows * g.strides[0];
-        let dst = crate::scratch::grown(buf, rows * pw * B);
+        let dst = &mut buf[..rows * pw * B];
         // Zero rows above the image, then image rows from `skip`, then zeros below.
         let (top, skip) = (pt.saturating_sub(first).min(rows), first.saturating_sub(pt));
         let n = ih.saturating_sub(skip).min(rows - top);
@@ -1030,7 +1032,12 @@ mod avx512 {
 }
 
 impl Kernel for DepthwiseKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let g = &self.s.geometry;
         let (oh, ow) = (g.output[0], g.output[1]);
@@ -1047,7 +1054,7 @@ impl Kernel for DepthwiseKernel {
         let bands = oh.div_ceil(rows_per);
         let tasks = self.s.batch * blocks * bands;
         let yp = SendPtr(y.as_mut_ptr());
-        let task = |t: usize| {
+        let task = |t: usize| -> OpResult<()> {
             let (item_block, band) = (t / bands, t % bands);
             let r0 = band * rows_per;
             let rows = r0..(r0 + rows_per).min(oh);
@@ -1060,23 +1067,37 @@ impl Kernel for DepthwiseKernel {
             // batch * blocks planes of oh * ow pixels.
             let out = |r: usize| SendPtr(unsafe { y.0.add((item_block * oh + r) * ow * B) });
             match &self.bands {
-                Some(b) => crate::scratch::with_taken(&PADDED, |buf| {
-                    let copy = b.copy(g, band, xp, buf);
+                // The copy in the task's worker's region of scratch.
+                Some(b) => scratch.with_thread(|own| {
+                    let copy = b.copy(g, band, xp, own.take(b.copy_len())?);
                     self.rows(&b.geometry, copy, out(r0), cb, 0..rows.len());
+                    Ok(())
                 }),
-                None => self.rows(g, xp, out(0), cb, rows),
+                None => {
+                    self.rows(g, xp, out(0), cb, rows);
+                    Ok(())
+                }
             }
         };
         if rayon::current_num_threads() > 1 && tasks > 1 {
-            (0..tasks).into_par_iter().for_each(task);
+            (0..tasks).into_par_iter().try_for_each(task)
         } else {
-            (0..tasks).for_each(task);
+            (0..tasks).try_for_each(task)
         }
-        Ok(())
     }
 
     fn name(&self) -> &str {
         "cpu.nchwc.depthwise"
+    }
+
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        ScratchNeed {
+            shared: 0,
+            per_thread: self
+                .bands
+                .as_ref()
+                .map_or(0, |b| bytes_for::<f32>(b.copy_len())),
+        }
     }
 
     fn prepacked_bytes(&self) -> usize {

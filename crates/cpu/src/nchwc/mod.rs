@@ -45,7 +45,12 @@ impl ReorderKernel {
 }
 
 impl Kernel for ReorderKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        _scratch: &ferrolite_core::scratch::Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let y = output(outputs, 0, x.len())?;
         let (hw, to_blocked, isa) = (self.hw, self.to_blocked, self.isa);

@@ -24,15 +24,14 @@
 
 use super::{SendPtr, B};
 use crate::fast::{input, output};
-use crate::scratch::{grown, with_taken};
 use crate::winograd::{transform_filter, WinogradTile};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::prepacked::{self, Packed};
+use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 use rayon::prelude::*;
-use std::cell::RefCell;
 
 /// The most output tiles per block: the GEMMs' rows, and what each packed weight plane is
 /// reused for before the next block streams it again.
@@ -53,13 +52,6 @@ const P: usize = 36;
 /// exactly: the transform ran 4x slower).
 fn plane_stride(len: usize) -> usize {
     len.next_multiple_of(16) + 16
-}
-
-thread_local! {
-    /// The padded input.
-    static PADDED: crate::scratch::Scratch<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// A block's transformed inputs and products (`V`, `Z`).
-    static SCRATCH: crate::scratch::Scratch<(Vec<f32>, Vec<f32>)> = const { RefCell::new(Vec::new()) };
 }
 
 /// Whether the blocked Winograd kernel computes this convolution, and pays: 3x3, stride 1,
@@ -168,6 +160,17 @@ impl WinogradKernel {
         }
     }
 
+    /// Tiles per block and blocks per image on `threads` workers: as many blocks as fit
+    /// BLOCK_TILES, rounded up to a multiple of the threads so they finish together
+    /// (resnet18's 196 tiles made 5 blocks for 2 threads).
+    fn blocks(&self, threads: usize) -> (usize, usize) {
+        let (th, tw) = self.tiles();
+        let tiles = th * tw;
+        let wanted = tiles.div_ceil(BLOCK_TILES).next_multiple_of(threads.max(1));
+        let per_block = tiles.div_ceil(wanted.max(1));
+        (per_block, tiles.div_ceil(per_block.max(1)))
+    }
+
     /// One block of tiles `[t0, t1)` of one image: transforms, GEMMs, output.
     #[allow(clippy::too_many_arguments)]
     fn block(
@@ -175,16 +178,15 @@ impl WinogradKernel {
         x: &[f32],
         t0: usize,
         t1: usize,
-        v: &mut Vec<f32>,
-        z: &mut Vec<f32>,
+        own: &mut Carve,
         y: SendPtr,
         inner: bool,
     ) -> OpResult<()> {
         let (c, m) = (self.s.in_channels, self.s.out_channels);
         let n = t1 - t0;
         let (vs, zs) = (plane_stride(n * c), plane_stride(n * m));
-        let v = grown(v, P * vs);
-        let z = grown(z, P * zs);
+        let v: &mut [f32] = own.take(P * vs)?;
+        let z: &mut [f32] = own.take(P * zs)?;
         // SAFETY: the CPU has AVX-512F and VL (the kernel is built for Avx512 only); the
         // transforms check the sizes they rely on.
         unsafe { avx512::input(self, x, t0, t1, v) };
@@ -220,7 +222,12 @@ impl WinogradKernel {
 }
 
 impl Kernel for WinogradKernel {
-    fn run(&self, inputs: &[Option<&Tensor>], outputs: &mut [Tensor]) -> OpResult<()> {
+    fn run(
+        &self,
+        inputs: &[Option<&Tensor>],
+        outputs: &mut [Tensor],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let x = input(inputs, 0, &self.x)?;
         let s = &self.s;
         let g = &s.geometry;
@@ -233,30 +240,30 @@ impl Kernel for WinogradKernel {
         let tiles = th * tw;
         let (ph, pw) = self.padded();
         let threads = rayon::current_num_threads();
+        let (per_block, blocks) = self.blocks(threads);
         // Blocks in parallel when there are enough of them; otherwise each block spreads its
         // GEMMs and output transform over the threads.
-        // As many blocks as fit BLOCK_TILES, rounded up to a multiple of the threads so they
-        // finish together (resnet18's 196 tiles made 5 blocks for 2 threads).
-        let threads_ = threads.max(1);
-        let wanted = tiles.div_ceil(BLOCK_TILES).next_multiple_of(threads_);
-        let per_block = tiles.div_ceil(wanted);
-        let blocks = tiles.div_ceil(per_block);
         let parallel = threads > 1 && blocks >= threads;
         let inner = threads > 1 && !parallel;
         for (xi, yi) in x.chunks_exact(in_item).zip(y.chunks_exact_mut(m * oh * ow)) {
             let yp = SendPtr(yi.as_mut_ptr());
-            with_taken(&PADDED, |pad| {
-                let xp = grown(pad, c * ph * pw);
+            // The padded image in the shared region; a block's transformed inputs and
+            // products after it (blocks in turn) or in its worker's region (in parallel).
+            scratch.with_shared(|shared| {
+                let xp: &mut [f32] = shared.take(c * ph * pw)?;
                 self.pad(xi, xp);
                 let xp: &[f32] = xp;
-                let work = |b: usize| {
+                let work = |b: usize, own: &mut Carve| {
                     let (t0, t1) = (b * per_block, ((b + 1) * per_block).min(tiles));
-                    with_taken(&SCRATCH, |(v, z)| self.block(xp, t0, t1, v, z, yp, inner))
+                    self.block(xp, t0, t1, own, yp, inner)
                 };
                 if parallel {
-                    (0..blocks).into_par_iter().try_for_each(work)
+                    (0..blocks)
+                        .into_par_iter()
+                        .try_for_each(|b| scratch.with_thread(|own| work(b, own)))
                 } else {
-                    (0..blocks).try_for_each(work)
+                    let mut region = shared.take_region(shared.remaining())?;
+                    (0..blocks).try_for_each(|b| work(b, &mut region.carve()))
                 }
             })?;
         }
@@ -265,6 +272,18 @@ impl Kernel for WinogradKernel {
 
     fn name(&self) -> &str {
         "cpu.nchwc.winograd4"
+    }
+
+    fn scratch(&self, threads: usize) -> ScratchNeed {
+        let (c, m) = (self.s.in_channels, self.s.out_channels);
+        let (ph, pw) = self.padded();
+        let (n, _) = self.blocks(threads);
+        let block =
+            bytes_for::<f32>(P * plane_stride(n * c)) + bytes_for::<f32>(P * plane_stride(n * m));
+        ScratchNeed {
+            shared: bytes_for::<f32>(c * ph * pw) + block,
+            per_thread: block,
+        }
     }
 
     fn prepacked_bytes(&self) -> usize {

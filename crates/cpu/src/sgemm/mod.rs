@@ -14,7 +14,8 @@ mod gemv;
 mod neon;
 
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
-use std::cell::RefCell;
+use ferrolite_core::scratch::{bytes_for, Carve, Scratch};
+use ferrolite_core::OpResult;
 
 /// Rows of the microkernel tile.
 pub const MR: usize = 6;
@@ -245,8 +246,45 @@ pub(crate) fn pack_lines_into(
     }
 }
 
-thread_local! {
-    static BUFS: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+/// The buffers a GEMM packs its operands' blocks into, carved from scratch: at least
+/// [`packing_lens`] floats each.
+pub struct Packs<'s> {
+    pub a: &'s mut [f32],
+    pub b: &'s mut [f32],
+}
+
+/// The floats of A's and B's packing buffers for any block of an `m x k` by `k x n` product:
+/// [`MC`] rows of A and [`NC`] columns of B (whole panels) at the depth of one k block.
+pub(crate) fn packing_lens(m: usize, k: usize, n: usize) -> (usize, usize) {
+    let kc = KC.min(k);
+    let a = MC.min(m).div_ceil(MR) * MR * kc;
+    let b = NC.min(n).div_ceil(NR) * NR * kc;
+    (a, b)
+}
+
+/// Scratch bytes of [`packing_lens`]: what each thread running such a product needs.
+pub fn packing_bytes(m: usize, k: usize, n: usize) -> usize {
+    let (a, b) = packing_lens(m, k, n);
+    bytes_for::<f32>(a) + bytes_for::<f32>(b)
+}
+
+impl<'s> Packs<'s> {
+    /// The same buffers for one more product.
+    pub fn reborrow(&mut self) -> Packs<'_> {
+        Packs {
+            a: &mut *self.a,
+            b: &mut *self.b,
+        }
+    }
+
+    /// The packing buffers of an `m x k` by `k x n` product, from `carve`.
+    pub fn carve(carve: &mut Carve<'s>, m: usize, k: usize, n: usize) -> OpResult<Packs<'s>> {
+        let (a, b) = packing_lens(m, k, n);
+        Ok(Packs {
+            a: carve.take(a)?,
+            b: carve.take(b)?,
+        })
+    }
 }
 
 /// A raw pointer that may cross rayon tasks (each task writes a disjoint part).
@@ -291,6 +329,7 @@ impl Problem<'_> {
     /// (columns contiguous), and nothing else may access the given block meanwhile. Strided
     /// operands must fit their slices and packed ones hold `pack_full`'s layout for `m x k`
     /// (A) and `k x n` (B); the safe entry points check this.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn run_block(
         &self,
         c: *mut f32,
@@ -299,6 +338,7 @@ impl Problem<'_> {
         m1: usize,
         n0: usize,
         n1: usize,
+        packs: &mut Packs,
     ) {
         if m0 >= m1 || n0 >= n1 {
             return;
@@ -316,9 +356,8 @@ impl Problem<'_> {
             }
             return;
         }
-        BUFS.with(|bufs| {
-            let mut bufs = bufs.borrow_mut();
-            let (abuf, bbuf) = &mut *bufs;
+        {
+            let Packs { a: abuf, b: bbuf } = packs;
             let (mp, np) = (self.m.div_ceil(MR), self.n.div_ceil(NR));
             // Column blocks bound the B this call packs; a prepacked B needs none, and one
             // block packs A once instead of once per block (fully connected layers).
@@ -345,7 +384,7 @@ impl Problem<'_> {
                         _ if in_place.is_some() => {
                             // Only the partial last panel is packed.
                             let full = nc / NR;
-                            bbuf.resize(kc * NR, 0.0);
+                            let bbuf = &mut bbuf[..kc * NR];
                             if full * NR < nc {
                                 let j = jc + full * NR;
                                 if let Src::Strided { data, rs, .. } = self.b {
@@ -359,7 +398,7 @@ impl Problem<'_> {
                         }
                         Src::Strided { data, rs, cs: 1 } if nc >= NR => {
                             // Row-major B: read each row sequentially across all panels.
-                            bbuf.resize(npan * kc * NR, 0.0);
+                            let bbuf = &mut bbuf[..npan * kc * NR];
                             let full = nc / NR;
                             for p in 0..kc {
                                 let row = &data[(pc + p) * rs + jc..][..nc];
@@ -377,7 +416,7 @@ impl Problem<'_> {
                             bbuf
                         }
                         Src::Strided { data, rs, cs } => {
-                            bbuf.resize(npan * kc * NR, 0.0);
+                            let bbuf = &mut bbuf[..npan * kc * NR];
                             for jp in 0..npan {
                                 let j = jc + jp * NR;
                                 let dst = &mut bbuf[jp * kc * NR..];
@@ -396,7 +435,7 @@ impl Problem<'_> {
                                 &d[pc * mp * MR + (ic / MR) * kc * MR..][..mpan * kc * MR]
                             }
                             Src::Strided { data, rs, cs } => {
-                                abuf.resize(mpan * kc * MR, 0.0);
+                                let abuf = &mut abuf[..mpan * kc * MR];
                                 for ip in 0..mpan {
                                     let i = ic + ip * MR;
                                     let dst = &mut abuf[ip * kc * MR..];
@@ -485,7 +524,7 @@ impl Problem<'_> {
                     }
                 }
             }
-        });
+        }
     }
 
     fn epi(&self, i: usize, j: usize, first: bool, last: bool) -> TileEpi<'_> {
@@ -617,46 +656,65 @@ impl Problem<'_> {
         }
     }
 
-    /// Computes all of C, split over rayon tasks when `parallel` and the problem is large.
+    /// Computes all of C: split over rayon tasks, each packing in its worker's region of
+    /// `scratch` ([`packing_bytes`] per thread), when the problem is large enough; on the
+    /// calling thread in `packs` when given.
     ///
     /// # Safety
     /// As [`Problem::run_block`] for the whole matrix.
-    pub unsafe fn run(&self, c: *mut f32, rsc: usize, parallel: bool) {
+    pub unsafe fn run(&self, c: *mut f32, rsc: usize, packing: Packing) -> OpResult<()> {
+        let parallel = matches!(packing, Packing::Parallel(_));
         if self.gemv_applies() {
             // SAFETY: forwarded from the caller.
             unsafe { self.run_gemv(c, rsc, parallel) };
-            return;
+            return Ok(());
         }
-        let threads = if parallel {
-            rayon::current_num_threads()
-        } else {
-            1
+        let scratch = match packing {
+            Packing::Serial(mut packs) => {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.run_block(c, rsc, 0, self.m, 0, self.n, &mut packs) };
+                return Ok(());
+            }
+            Packing::Parallel(scratch) => scratch,
         };
-        let flops = 2 * self.m * self.n * self.k.max(1);
-        let tasks = threads.min(flops / (1 << 18)).max(1);
+        let (m, k, n) = (self.m, self.k, self.n);
+        let flops = 2 * m * n * k.max(1);
+        let tasks = rayon::current_num_threads().min(flops / (1 << 18)).max(1);
+        let block = |c: *mut f32, m0: usize, m1: usize, n0: usize, n1: usize| {
+            scratch.with_thread(|carve| {
+                let mut packs = Packs::carve(carve, m, k, n)?;
+                // SAFETY: tasks compute disjoint row or column ranges of the matrix the
+                // caller vouches for.
+                unsafe { self.run_block(c, rsc, m0, m1, n0, n1, &mut packs) };
+                Ok(())
+            })
+        };
         if tasks <= 1 {
-            // SAFETY: forwarded from the caller.
-            unsafe { self.run_block(c, rsc, 0, self.m, 0, self.n) };
-            return;
+            return block(c, 0, m, 0, n);
         }
         let cp = SendPtr(c);
-        let split_n = self.n.div_ceil(NR) >= self.m.div_ceil(MR) || self.m < 2 * MR;
-        let (len, unit) = if split_n { (self.n, NR) } else { (self.m, MR) };
+        let split_n = n.div_ceil(NR) >= m.div_ceil(MR) || m < 2 * MR;
+        let (len, unit) = if split_n { (n, NR) } else { (m, MR) };
         let chunk = len.div_ceil(tasks).div_ceil(unit) * unit;
         use rayon::prelude::*;
-        (0..len.div_ceil(chunk)).into_par_iter().for_each(|t| {
+        (0..len.div_ceil(chunk)).into_par_iter().try_for_each(|t| {
             let (s, e) = (t * chunk, ((t + 1) * chunk).min(len));
-            // SAFETY: tasks compute disjoint row or column ranges of the matrix the caller
-            // vouches for.
-            unsafe {
-                if split_n {
-                    self.run_block(cp.get(), rsc, 0, self.m, s, e)
-                } else {
-                    self.run_block(cp.get(), rsc, s, e, 0, self.n)
-                }
+            if split_n {
+                block(cp.get(), 0, m, s, e)
+            } else {
+                block(cp.get(), s, e, 0, n)
             }
-        });
+        })
     }
+}
+
+/// Where a GEMM packs its operands, and so whether it may spread over threads.
+pub enum Packing<'s> {
+    /// Over the current rayon pool's threads, each task in its worker's region of the
+    /// scratch (at least [`packing_bytes`] per thread).
+    Parallel(&'s Scratch),
+    /// On the calling thread, in buffers its caller carved ([`Packs::carve`]).
+    Serial(Packs<'s>),
 }
 
 /// Applies an activation to a slice, with the match outside the loop so it vectorises.
