@@ -254,8 +254,8 @@ pub struct Packs<'s> {
 }
 
 /// The floats of A's and B's packing buffers for any block of an `m x k` by `k x n` product:
-/// [`MC`] rows of A and [`NC`] columns of B (whole panels) at the depth of one k block.
-pub(crate) fn packing_lens(m: usize, k: usize, n: usize) -> (usize, usize) {
+/// `MC` rows of A and `NC` columns of B (whole panels) at the depth of one k block.
+pub fn packing_lens(m: usize, k: usize, n: usize) -> (usize, usize) {
     let kc = KC.min(k);
     let a = MC.min(m).div_ceil(MR) * MR * kc;
     let b = NC.min(n).div_ceil(NR) * NR * kc;
