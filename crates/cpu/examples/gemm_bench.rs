@@ -4,7 +4,7 @@
 
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_cpu::gemm::{
-    packing_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, Packing, Packs, Side,
+    Epilogue, Gemm, MatMut, MatRef, Operand, Packing, PackingFor, Packs, Side,
 };
 use ferrolite_cpu::Sgemm;
 use std::time::Instant;
@@ -56,7 +56,7 @@ fn main() {
             .unwrap();
         // The packing buffers, allocated once as a plan's scratch is.
         let need = ScratchNeed {
-            shared: packing_bytes(m, k, n),
+            shared: PackingFor::new(m, k, n).a_packed(true).bytes(),
             per_thread: 0,
         };
         let scratch = Scratch::new(need, 1);
@@ -65,7 +65,8 @@ fn main() {
             let t = Instant::now();
             scratch
                 .with_shared(|carve| {
-                    let packing = Packing::Serial(Packs::carve(carve, m, k, n)?);
+                    let product = PackingFor::new(m, k, n).a_packed(true);
+                    let packing = Packing::Serial(Packs::carve(carve, product)?);
                     g.gemm(
                         m,
                         k,

@@ -8,7 +8,7 @@
 
 use crate::backend::{built, constant, shape, Registry, Req};
 use crate::fast::f32_shape;
-use crate::gemm::{packed_bytes, packing_bytes, PackedMatrix, Packs, Side};
+use crate::gemm::{packed_bytes, PackedMatrix, PackingFor, Packs, Side};
 use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
 use crate::stride2;
 use crate::winograd::WinogradKernel;
@@ -621,6 +621,15 @@ impl ConvKernel {
         phases.max(compact)
     }
 
+    /// The packing a task's product of `rows` output channels by `bp` pixels needs: B comes
+    /// packed in the task's own block unless it is read in place.
+    fn packing_for(&self, rows: usize, bp: usize) -> PackingFor {
+        let kdim = self.s.in_channels / self.s.group * self.geo.kernel.iter().product::<usize>();
+        PackingFor::new(rows, kdim, bp)
+            .a_packed(self.packed.is_some())
+            .b_packed(!(self.pointwise || self.subsample))
+    }
+
     /// Floats of a task's packed B block and im2col row, for blocks of `bp` pixels (none
     /// where B is read in place).
     fn task_buffers(&self, bp: usize) -> (usize, usize) {
@@ -776,7 +785,7 @@ impl Kernel for ConvKernel {
                     let (buf, row) = self.task_buffers(bp);
                     let buf: &mut [f32] = own.take(buf)?;
                     let row: &mut [f32] = own.take(row)?;
-                    let mut packs = Packs::carve(own, mchunk, kdim, bp)?;
+                    let mut packs = Packs::carve(own, self.packing_for(mchunk, bp))?;
                     let b = if direct_b {
                         Src::Strided {
                             data: &x[p0..],
@@ -842,12 +851,11 @@ impl Kernel for ConvKernel {
     fn scratch(&self, threads: usize) -> ScratchNeed {
         let ConvSplit { bp, mchunk, .. } = self.split(threads);
         let (buf, row) = self.task_buffers(bp);
-        let kdim = self.s.in_channels / self.s.group * self.geo.kernel.iter().product::<usize>();
         ScratchNeed {
             shared: bytes_for::<f32>(self.shared_floats()),
             per_thread: bytes_for::<f32>(buf)
                 + bytes_for::<f32>(row)
-                + packing_bytes(mchunk, kdim, bp),
+                + self.packing_for(mchunk, bp).bytes(),
         }
     }
 }

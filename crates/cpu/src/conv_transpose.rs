@@ -4,7 +4,7 @@
 
 use crate::backend::{built, constant, Registry};
 use crate::fast::f32_shape;
-use crate::gemm::{packed_bytes, packing_bytes, Gemm, MatRef, PackedMatrix, Packing, Packs, Side};
+use crate::gemm::{packed_bytes, Gemm, MatRef, PackedMatrix, Packing, PackingFor, Packs, Side};
 use crate::sgemm::{Problem, Src};
 use crate::Sgemm;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -324,7 +324,8 @@ impl Kernel for ConvTransposeKernel {
                     {
                         let n_cols = rows.len() * iw;
                         let col: &mut [f32] = own.take(mg * ks * n_cols)?;
-                        let packs = Packs::carve(own, mg * ks, cg, n_cols)?;
+                        let product = PackingFor::new(mg * ks, cg, n_cols);
+                        let packs = Packs::carve(own, product.a_packed(self.packed.is_some()))?;
                         let x = &xv[xs + rows.start * iw..xs + cg * hw];
                         self.columns(g, cg, wv, x, n_cols, hw, col, packs);
                         let owned = if disjoint {
@@ -394,7 +395,9 @@ impl Kernel for ConvTransposeKernel {
         let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
         let n_cols = self.band_rows() * s.input[1];
         let band = bytes_for::<f32>(mg * ks * n_cols)
-            + packing_bytes(mg * ks, s.in_channels / s.group, n_cols);
+            + PackingFor::new(mg * ks, s.in_channels / s.group, n_cols)
+                .a_packed(self.packed.is_some())
+                .bytes();
         ScratchNeed {
             shared: band,
             per_thread: band,

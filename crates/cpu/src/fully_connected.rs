@@ -4,8 +4,7 @@
 use crate::backend::{built, constant, shape, Registry};
 use crate::fast::f32_shape;
 use crate::gemm::{
-    packing_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing, Sgemm,
-    Side,
+    Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing, PackingFor, Sgemm, Side,
 };
 use ferrolite_core::op::required;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -151,7 +150,9 @@ impl Kernel for FullyConnectedKernel {
     fn scratch(&self, _threads: usize) -> ScratchNeed {
         ScratchNeed {
             shared: 0,
-            per_thread: packing_bytes(self.m, self.k, self.n),
+            per_thread: PackingFor::new(self.m, self.k, self.n)
+                .b_packed(self.packed.is_some())
+                .bytes(),
         }
     }
 

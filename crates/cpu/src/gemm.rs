@@ -2,7 +2,7 @@
 //! our packed microkernels ([`crate::sgemm`]).
 
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
-pub use crate::sgemm::{packing_bytes, Packing, Packs};
+pub use crate::sgemm::{Packing, PackingFor, Packs};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::prepacked::{self, Packed};
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
@@ -239,7 +239,7 @@ pub trait Gemm: Debug + Send + Sync {
 
 /// Runs `f` with packing memory of its own for an `m x k` by `k x n` product, split over the
 /// current rayon pool when `parallel`: for products outside a plan (tests, tools). Kernels
-/// declare theirs ([`packing_bytes`]) and take it from the plan's scratch.
+/// declare theirs ([`PackingFor::bytes`]) and take it from the plan's scratch.
 pub fn with_own_packing<R>(
     m: usize,
     k: usize,
@@ -247,7 +247,8 @@ pub fn with_own_packing<R>(
     parallel: bool,
     f: impl FnOnce(Packing) -> OpResult<R>,
 ) -> OpResult<R> {
-    let bytes = packing_bytes(m, k, n);
+    let product = PackingFor::new(m, k, n);
+    let bytes = product.bytes();
     if parallel {
         let scratch = Scratch::for_need(ScratchNeed {
             shared: 0,
@@ -262,7 +263,7 @@ pub fn with_own_packing<R>(
             },
             1,
         );
-        scratch.with_shared(|carve| f(Packing::Serial(Packs::carve(carve, m, k, n)?)))
+        scratch.with_shared(|carve| f(Packing::Serial(Packs::carve(carve, product)?)))
     }
 }
 

@@ -5,8 +5,8 @@
 use crate::backend::{built, constant, shape, Registry};
 use crate::fast::f32_shape;
 use crate::gemm::{
-    packed_bytes, packing_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix,
-    Packing, Packs, Side,
+    packed_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing, PackingFor,
+    Packs, Side,
 };
 use crate::Sgemm;
 use ferrolite_core::op::required;
@@ -133,7 +133,8 @@ impl Kernel for MatMulKernel {
                 .zip(self.a_index.par_iter().zip(&self.b_index))
                 .try_for_each(|(out, (&ia, &ib))| {
                     scratch.with_thread(|carve| {
-                        let packs = Packs::carve(carve, m, k, n)?;
+                        let product = PackingFor::new(m, k, n).b_packed(self.packed_b.is_some());
+                        let packs = Packs::carve(carve, product)?;
                         one(out, ia, ib, Packing::Serial(packs))
                     })
                 })
@@ -151,7 +152,9 @@ impl Kernel for MatMulKernel {
     fn scratch(&self, _threads: usize) -> ScratchNeed {
         ScratchNeed {
             shared: 0,
-            per_thread: packing_bytes(self.s.m, self.s.k, self.s.n),
+            per_thread: PackingFor::new(self.s.m, self.s.k, self.s.n)
+                .b_packed(self.packed_b.is_some())
+                .bytes(),
         }
     }
 
@@ -346,7 +349,9 @@ impl Kernel for GemmKernel {
     fn scratch(&self, _threads: usize) -> ScratchNeed {
         ScratchNeed {
             shared: 0,
-            per_thread: packing_bytes(self.m, self.k, self.n),
+            per_thread: PackingFor::new(self.m, self.k, self.n)
+                .b_packed(self.packed_b.is_some())
+                .bytes(),
         }
     }
 

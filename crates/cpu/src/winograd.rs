@@ -18,7 +18,7 @@
 //! fill its GEMMs, so the conv picks it for larger outputs only.
 
 use crate::gemm::{
-    packed_bytes, packing_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing,
+    packed_bytes, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing, PackingFor,
     Packs, Sgemm, Side,
 };
 use crate::sgemm::MR;
@@ -483,16 +483,18 @@ impl WinogradKernel {
             )
         };
         let planes = &mut z[..planes * m * n];
+        // The transformed weights come packed; the inputs are packed per product.
+        let product = PackingFor::new(m, c, n).a_packed(true);
         if inner {
             // Each plane's task packs in its worker's region.
             planes
                 .par_chunks_mut(m * n)
                 .enumerate()
                 .try_for_each(|pz| {
-                    scratch.with_thread(|cv| gemm_plane(pz, Packs::carve(cv, m, c, n)?))
+                    scratch.with_thread(|cv| gemm_plane(pz, Packs::carve(cv, product)?))
                 })?;
         } else {
-            let mut packs = Packs::carve(carve, m, c, n)?;
+            let mut packs = Packs::carve(carve, product)?;
             planes
                 .chunks_mut(m * n)
                 .enumerate()
@@ -856,7 +858,7 @@ impl Kernel for WinogradKernel {
         let planes = self.tile.patch() * self.tile.patch();
         let block = bytes_for::<f32>(planes * self.c * n)
             + bytes_for::<f32>(planes * self.m * n)
-            + packing_bytes(self.m, self.c, n);
+            + PackingFor::new(self.m, self.c, n).a_packed(true).bytes();
         ScratchNeed {
             shared: block,
             per_thread: block,

@@ -247,25 +247,74 @@ pub(crate) fn pack_lines_into(
 }
 
 /// The buffers a GEMM packs its operands' blocks into, carved from scratch: at least
-/// [`packing_lens`] floats each.
+/// [`PackingFor::lens`] floats each.
 pub struct Packs<'s> {
     pub a: &'s mut [f32],
     pub b: &'s mut [f32],
 }
 
-/// The floats of A's and B's packing buffers for any block of an `m x k` by `k x n` product:
-/// `MC` rows of A and `NC` columns of B (whole panels) at the depth of one k block.
-pub fn packing_lens(m: usize, k: usize, n: usize) -> (usize, usize) {
-    let kc = KC.min(k);
-    let a = MC.min(m).div_ceil(MR) * MR * kc;
-    let b = NC.min(n).div_ceil(NR) * NR * kc;
-    (a, b)
+/// A product's sizes and which operands arrive prepacked: what its packing buffers must hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackingFor {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub a_packed: bool,
+    pub b_packed: bool,
 }
 
-/// Scratch bytes of [`packing_lens`]: what each thread running such a product needs.
-pub fn packing_bytes(m: usize, k: usize, n: usize) -> usize {
-    let (a, b) = packing_lens(m, k, n);
-    bytes_for::<f32>(a) + bytes_for::<f32>(b)
+impl PackingFor {
+    /// An `m x k` by `k x n` product, neither operand prepacked.
+    pub fn new(m: usize, k: usize, n: usize) -> PackingFor {
+        PackingFor {
+            m,
+            k,
+            n,
+            a_packed: false,
+            b_packed: false,
+        }
+    }
+
+    /// The same with A prepacked (`yes`) or not.
+    pub fn a_packed(self, yes: bool) -> PackingFor {
+        PackingFor {
+            a_packed: yes,
+            ..self
+        }
+    }
+
+    /// The same with B prepacked (`yes`) or not.
+    pub fn b_packed(self, yes: bool) -> PackingFor {
+        PackingFor {
+            b_packed: yes,
+            ..self
+        }
+    }
+
+    /// The floats of A's and B's packing buffers for any block of the product: `MC` rows of
+    /// A and `NC` columns of B (whole panels) at the depth of one k block; none for a
+    /// prepacked operand.
+    pub fn lens(&self) -> (usize, usize) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        let kc = KC.min(k);
+        let a = if self.a_packed {
+            0
+        } else {
+            MC.min(m).div_ceil(MR) * MR * kc
+        };
+        let b = if self.b_packed {
+            0
+        } else {
+            NC.min(n).div_ceil(NR) * NR * kc
+        };
+        (a, b)
+    }
+
+    /// Scratch bytes of [`PackingFor::lens`]: what each thread running such a product needs.
+    pub fn bytes(&self) -> usize {
+        let (a, b) = self.lens();
+        bytes_for::<f32>(a) + bytes_for::<f32>(b)
+    }
 }
 
 impl<'s> Packs<'s> {
@@ -277,9 +326,9 @@ impl<'s> Packs<'s> {
         }
     }
 
-    /// The packing buffers of an `m x k` by `k x n` product, from `carve`.
-    pub fn carve(carve: &mut Carve<'s>, m: usize, k: usize, n: usize) -> OpResult<Packs<'s>> {
-        let (a, b) = packing_lens(m, k, n);
+    /// The packing buffers of a product, from `carve`.
+    pub fn carve(carve: &mut Carve<'s>, product: PackingFor) -> OpResult<Packs<'s>> {
+        let (a, b) = product.lens();
         Ok(Packs {
             a: carve.take(a)?,
             b: carve.take(b)?,
@@ -527,6 +576,13 @@ impl Problem<'_> {
         }
     }
 
+    /// What this product's packing buffers must hold.
+    fn packing_for(&self) -> PackingFor {
+        PackingFor::new(self.m, self.k, self.n)
+            .a_packed(matches!(self.a, Src::Packed(_)))
+            .b_packed(matches!(self.b, Src::Packed(_)))
+    }
+
     fn epi(&self, i: usize, j: usize, first: bool, last: bool) -> TileEpi<'_> {
         TileEpi {
             alpha: self.alpha,
@@ -657,7 +713,7 @@ impl Problem<'_> {
     }
 
     /// Computes all of C: split over rayon tasks, each packing in its worker's region of
-    /// `scratch` ([`packing_bytes`] per thread), when the problem is large enough; on the
+    /// `scratch` ([`PackingFor::bytes`] per thread), when the problem is large enough; on the
     /// calling thread in `packs` when given.
     ///
     /// # Safety
@@ -682,7 +738,7 @@ impl Problem<'_> {
         let tasks = rayon::current_num_threads().min(flops / (1 << 18)).max(1);
         let block = |c: *mut f32, m0: usize, m1: usize, n0: usize, n1: usize| {
             scratch.with_thread(|carve| {
-                let mut packs = Packs::carve(carve, m, k, n)?;
+                let mut packs = Packs::carve(carve, self.packing_for())?;
                 // SAFETY: tasks compute disjoint row or column ranges of the matrix the
                 // caller vouches for.
                 unsafe { self.run_block(c, rsc, m0, m1, n0, n1, &mut packs) };
@@ -711,7 +767,7 @@ impl Problem<'_> {
 /// Where a GEMM packs its operands, and so whether it may spread over threads.
 pub enum Packing<'s> {
     /// Over the current rayon pool's threads, each task in its worker's region of the
-    /// scratch (at least [`packing_bytes`] per thread).
+    /// scratch (at least [`PackingFor::bytes`] per thread).
     Parallel(&'s Scratch),
     /// On the calling thread, in buffers its caller carved ([`Packs::carve`]).
     Serial(Packs<'s>),
