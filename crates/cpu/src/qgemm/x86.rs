@@ -533,6 +533,7 @@ fn amx_permission() -> bool {
 
 /// The tile configuration (palette 1): tmm0-3 the four 16x16 i32 accumulators, tmm4-5 the
 /// rows' two 16 x 64-byte halves, tmm6-7 the panel's.
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(C, align(64))]
 struct TileConfig {
     palette: u8,
@@ -542,27 +543,55 @@ struct TileConfig {
     rows: [u8; 16],
 }
 
+impl TileConfig {
+    /// The configuration the tile kernels use.
+    fn ours() -> TileConfig {
+        let mut cfg = TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [0; 16],
+            rows: [0; 16],
+        };
+        for t in 0..8 {
+            cfg.colsb[t] = 64;
+            cfg.rows[t] = 16;
+        }
+        cfg
+    }
+}
+
 /// Loads the AMX tile configuration on this thread.
 ///
 /// # Safety
 /// [`amx_ready`] returned true.
 unsafe fn amx_configure() {
-    let mut cfg = TileConfig {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [0; 16],
-        rows: [0; 16],
-    };
-    for t in 0..8 {
-        cfg.colsb[t] = 64;
-        cfg.rows[t] = 16;
-    }
+    let cfg = TileConfig::ours();
     // SAFETY: the config is a valid palette-1 layout of 64 bytes; AMX is enabled for this
     // process (the caller's contract).
     unsafe {
         std::arch::asm!("ldtilecfg [{}]", in(reg) &cfg as *const TileConfig, options(nostack, readonly));
     }
+}
+
+/// This thread's current tile configuration (all zeros where none is loaded).
+///
+/// # Safety
+/// [`amx_ready`] returned true.
+unsafe fn amx_current() -> TileConfig {
+    let mut cfg = TileConfig {
+        palette: 0,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [0; 16],
+        rows: [0; 16],
+    };
+    // SAFETY: `sttilecfg` writes the 64-byte configuration into `cfg`, which is 64 bytes;
+    // AMX is enabled for this process (the caller's contract).
+    unsafe {
+        std::arch::asm!("sttilecfg [{}]", in(reg) &mut cfg as *mut TileConfig, options(nostack));
+    }
+    cfg
 }
 
 /// AMX tile: `rows` is 32 rows of `4 kq` bytes each (row-major, `k` zero-padded), `panel`
@@ -641,24 +670,21 @@ pub unsafe fn tile_amx(rows: &[u8], panel: &[u8], kq: usize, rows_signed: bool, 
     }
 }
 
-/// Configures this thread's AMX tiles for [`tile_amx`] unless it already did, and says
+/// Configures this thread's AMX tiles for [`tile_amx`] unless they already are, and says
 /// whether they are ready. The configuration stays for the thread's life: loading and
 /// releasing it per task cost more than resnet18's stem convolution itself (hundreds of
-/// small tasks). Nothing else in the process configures tiles.
+/// small tasks). The CPU holds it per thread, so reading it back (`sttilecfg`) tells whether
+/// this thread has it, with no bookkeeping of ours.
 pub fn amx_tiles_ready() -> bool {
-    thread_local! {
-        static CONFIGURED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
     if !amx_ready() {
         return false;
     }
-    CONFIGURED.with(|c| {
-        if !c.get() {
-            // SAFETY: AMX is ready (checked).
-            unsafe { amx_configure() };
-            c.set(true);
+    // SAFETY: AMX is ready (checked).
+    unsafe {
+        if amx_current() != TileConfig::ours() {
+            amx_configure();
         }
-    });
+    }
     true
 }
 
