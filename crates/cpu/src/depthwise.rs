@@ -680,7 +680,31 @@ impl Kernel for DepthwiseKernel {
             y.shape(),
             self.y_shape
         );
-        let yv = y.as_mut_slice::<f32>()?;
+        self.compute(xv, wv, bias, y.as_mut_slice::<f32>()?)
+    }
+    fn name(&self) -> &str {
+        if self.blocked {
+            "cpu.conv.depthwise_c8"
+        } else {
+            "cpu.conv.depthwise"
+        }
+    }
+
+    fn prepacked_bytes(&self) -> usize {
+        self.packed.as_deref().map_or(0, size_of_val)
+    }
+}
+
+impl DepthwiseKernel {
+    /// The convolution of `xv` by `wv` (plus `bias`) into `yv`, at the shapes the kernel was
+    /// built for: [`Kernel::run`] on slices (the int8 depthwise runs it on its f32 copies).
+    pub(crate) fn compute(
+        &self,
+        xv: &[f32],
+        wv: &[f32],
+        bias: Option<&[f32]>,
+        yv: &mut [f32],
+    ) -> OpResult<()> {
         let p = self.p;
         let (in_plane, out_plane, taps) = (p.ih * p.iw, p.oh * p.ow, p.kh * p.kw);
         op_ensure!(
@@ -734,18 +758,6 @@ impl Kernel for DepthwiseKernel {
                 .for_each(|t| one(&mut scratch, t));
         }
         Ok(())
-    }
-
-    fn name(&self) -> &str {
-        if self.blocked {
-            "cpu.conv.depthwise_c8"
-        } else {
-            "cpu.conv.depthwise"
-        }
-    }
-
-    fn prepacked_bytes(&self) -> usize {
-        self.packed.as_deref().map_or(0, size_of_val)
     }
 }
 

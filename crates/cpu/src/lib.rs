@@ -68,7 +68,6 @@ mod qparams;
 mod qpool_nhwc;
 mod reduce;
 mod resize;
-mod scratch;
 pub mod sgemm;
 mod softmax;
 mod stride2;

@@ -18,6 +18,7 @@ use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::quant::QLinearConv;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
@@ -61,7 +62,7 @@ pub(crate) fn range(signed: bool) -> (i32, i32) {
 enum Strategy {
     /// Weights per group as GEMM rows.
     Gemm {
-        groups: Vec<Packed>,
+        groups: Vec<Packed<'static>>,
         pointwise: bool,
     },
     /// The f32 depthwise kernel on integer values, a few channels at a time (so the f32
@@ -77,6 +78,14 @@ struct DepthwiseChunk {
     count: usize,
     kernel: DepthwiseKernel,
     weights: Tensor,
+}
+
+/// See [`QConvKernel::gemm_blocks`].
+struct GemmBlocks {
+    unit: usize,
+    units: usize,
+    per_block: usize,
+    k: usize,
 }
 
 /// f32 values per depthwise chunk: about 64 KiB of input, a multiple of 8 channels (two
@@ -101,23 +110,9 @@ pub struct QConvKernel {
     strategy: Strategy,
 }
 
-thread_local! {
-    /// The depthwise strategy's f32 input and sums, reused by every layer of this thread.
-    static DEPTHWISE_SCRATCH: crate::scratch::Scratch<[Option<ferrolite_core::tensor::Storage>; 2]> =
-        Default::default();
-}
-
 /// The most bytes of a block's patch matrix (and of its packed panels) in
 /// [`QConvKernel::run_gemm`]: a few L2-sized blocks rather than one the size of the map.
 const GEMM_BLOCK_BYTES: usize = 1 << 20;
-
-thread_local! {
-    /// The im2col buffers and packed activations of [`QConvKernel::run_gemm`], reused by
-    /// every layer of this thread.
-    #[allow(clippy::type_complexity)]
-    static IM2COL_SCRATCH: crate::scratch::Scratch<(Vec<u8>, Vec<u8>, (crate::qgemm::LineBytes, Vec<i16>))> =
-        Default::default();
-}
 
 impl QConvKernel {
     fn new(
@@ -267,7 +262,7 @@ impl QConvKernel {
     /// Group `g`'s input planes of one image as `im2col_rows` reads them: as they are, or with
     /// a horizontal stride, each input row split into its `sw` column phases (in `phases`), so
     /// that every output row's taps are a contiguous run of a phase.
-    fn phase_split<'a>(&self, x: &'a [u8], g: usize, phases: &'a mut Vec<u8>) -> &'a [u8] {
+    fn phase_split<'a>(&self, x: &'a [u8], g: usize, phases: &'a mut [u8]) -> &'a [u8] {
         let geo = &self.s.geometry;
         let (ih, iw, sw) = (geo.input[0], geo.input[1], geo.strides[1]);
         let cg = self.s.in_channels / self.s.group;
@@ -277,7 +272,7 @@ impl QConvKernel {
         }
         // Columns per phase of an input row.
         let pcols = iw.div_ceil(sw);
-        phases.resize(cg * ih * sw * pcols, 0);
+        let phases = &mut phases[..cg * ih * sw * pcols];
         let split = |(src, dst): (&[u8], &mut [u8])| {
             for (p, part) in dst.chunks_exact_mut(pcols).enumerate() {
                 for (d, &v) in part.iter_mut().zip(src[p.min(iw)..].iter().step_by(sw)) {
@@ -296,7 +291,7 @@ impl QConvKernel {
     /// `source` ([`QConvKernel::phase_split`]'s), out-of-image taps holding `pad` (the input's
     /// zero point, a real 0). Every byte is written (the buffer is reused between runs and
     /// blocks, so it is not cleared first).
-    fn im2col_rows(&self, source: &[u8], (oy0, oy1): (usize, usize), pad: u8, buf: &mut Vec<u8>) {
+    fn im2col_rows(&self, source: &[u8], (oy0, oy1): (usize, usize), pad: u8, buf: &mut [u8]) {
         let geo = &self.s.geometry;
         let (ih, iw) = (geo.input[0], geo.input[1]);
         let ow = geo.output[1];
@@ -306,7 +301,7 @@ impl QConvKernel {
         let (ph, pw) = (geo.pad_begin[0], geo.pad_begin[1]);
         let cg = self.s.in_channels / self.s.group;
         let n = (oy1 - oy0) * ow;
-        buf.resize(cg * kh * kw * n, pad);
+        let buf = &mut buf[..cg * kh * kw * n];
         // An input row's length among the phases (the whole row when sw is 1).
         let pcols = iw.div_ceil(sw);
         let line = sw * pcols;
@@ -363,7 +358,14 @@ impl QConvKernel {
         }
     }
 
-    fn run_gemm(&self, groups: &[Packed], pointwise: bool, x: &[u8], y: &mut [u8]) -> OpResult<()> {
+    fn run_gemm(
+        &self,
+        groups: &[Packed],
+        pointwise: bool,
+        x: &[u8],
+        y: &mut [u8],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let s = &self.s;
         let (in_plane, out_plane) = (
             s.geometry.input.iter().product::<usize>(),
@@ -372,10 +374,89 @@ impl QConvKernel {
         let (cg, mg) = (s.in_channels / s.group, s.out_channels / s.group);
         let x_zero = flipped_zero(self.x.zero[0], self.x.signed, false);
         let (lo, hi) = range(self.y.signed);
-        // The output is made a block of columns at a time (whole output rows where a patch
-        // matrix is built), each block's patch matrix and packed panels within about
-        // `GEMM_BLOCK_BYTES`: a whole 320 x 320 map's were 22 MB apiece in ppocrv4_det.
-        let unit = if pointwise { 1 } else { s.geometry.output[1] };
+        let GemmBlocks {
+            unit,
+            units,
+            per_block,
+            k,
+        } = self.gemm_blocks(groups, pointwise);
+        // The patch matrix, the phase-split input and the packed activations of a block, in
+        // the shared region.
+        scratch.with_shared(|shared| -> OpResult<()> {
+            let buf: &mut [u8] = shared.take(self.patch_len(pointwise, per_block * unit))?;
+            let phases: &mut [u8] = shared.take(self.phases_len(pointwise))?;
+            let lens = Packed::panels_lens(self.path, k, per_block * unit);
+            let mut packing = shared.take_region(Packed::scratch_bytes(lens))?;
+            for b in 0..s.batch {
+                let xb = &x[b * s.in_channels * in_plane..(b + 1) * s.in_channels * in_plane];
+                let yb =
+                    &mut y[b * s.out_channels * out_plane..(b + 1) * s.out_channels * out_plane];
+                for (g, rows) in groups.iter().enumerate() {
+                    let source = if pointwise {
+                        &xb[g * cg * in_plane..(g + 1) * cg * in_plane]
+                    } else {
+                        self.phase_split(xb, g, phases)
+                    };
+                    for u0 in (0..units).step_by(per_block.max(1)) {
+                        let u1 = (u0 + per_block).min(units);
+                        let (c0, n) = (u0 * unit, (u1 - u0) * unit);
+                        let (src, ld) = if pointwise {
+                            (&source[c0..], in_plane)
+                        } else {
+                            self.im2col_rows(source, (u0, u1), self.x.zero[0] as u8, buf);
+                            (&buf[..], n)
+                        };
+                        let panels = Packed::activation_panels(
+                            self.path,
+                            src,
+                            k,
+                            n,
+                            ld,
+                            flip(self.x.signed, false),
+                            self.w_zero.iter().any(|&z| z != 0),
+                            Packed::lent(
+                                &mut packing.carve(),
+                                Packed::panels_lens(self.path, k, n),
+                            )?,
+                        )?;
+                        let chans = g * mg..(g + 1) * mg;
+                        Product {
+                            rows,
+                            panels: &panels,
+                            rows_zero: Axis::Rows(&self.w_zero[chans.clone()]),
+                            panels_zero: Axis::All(x_zero),
+                            bias: Some(Axis::Rows(&self.bias[chans.clone()])),
+                            ldc: out_plane,
+                        }
+                        .run(
+                            &mut Out::Quantized {
+                                data: &mut yb[chans.start * out_plane + c0..chans.end * out_plane],
+                                signed: self.y.signed,
+                                scale: Axis::Rows(&self.mult[chans]),
+                                zero_point: self.y.zero[0],
+                                lo,
+                                hi,
+                            },
+                            true,
+                        )?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// How [`QConvKernel::run_gemm`] cuts the output: blocks of `per_block` units of `unit`
+    /// columns (whole output rows where a patch matrix is built), each block's patch matrix
+    /// and packed panels within about `GEMM_BLOCK_BYTES` (a whole 320 x 320 map's were 22 MB
+    /// apiece in ppocrv4_det); `k` is the products' depth.
+    fn gemm_blocks(&self, groups: &[Packed], pointwise: bool) -> GemmBlocks {
+        let out_plane = self.s.geometry.output.iter().product::<usize>();
+        let unit = if pointwise {
+            1
+        } else {
+            self.s.geometry.output[1]
+        };
         let units = out_plane / unit.max(1);
         let k = groups.first().map_or(0, |r| r.k());
         let per_block = if pointwise {
@@ -383,66 +464,44 @@ impl QConvKernel {
         } else {
             (GEMM_BLOCK_BYTES / (k * unit).max(1)).max(1)
         };
-        // This thread's patch matrix and phase-split input, kept between runs (fresh pages
-        // for a megabyte-sized buffer every run cost more than filling it).
-        let (mut buf, mut phases, mut packed) = crate::scratch::take(&IM2COL_SCRATCH);
-        for b in 0..s.batch {
-            let xb = &x[b * s.in_channels * in_plane..(b + 1) * s.in_channels * in_plane];
-            let yb = &mut y[b * s.out_channels * out_plane..(b + 1) * s.out_channels * out_plane];
-            for (g, rows) in groups.iter().enumerate() {
-                let source = if pointwise {
-                    &xb[g * cg * in_plane..(g + 1) * cg * in_plane]
-                } else {
-                    self.phase_split(xb, g, &mut phases)
-                };
-                for u0 in (0..units).step_by(per_block.max(1)) {
-                    let u1 = (u0 + per_block).min(units);
-                    let (c0, n) = (u0 * unit, (u1 - u0) * unit);
-                    let (src, ld) = if pointwise {
-                        (&source[c0..], in_plane)
-                    } else {
-                        self.im2col_rows(source, (u0, u1), self.x.zero[0] as u8, &mut buf);
-                        (&buf[..], n)
-                    };
-                    let panels = Packed::activation_panels(
-                        self.path,
-                        src,
-                        k,
-                        n,
-                        ld,
-                        flip(self.x.signed, false),
-                        self.w_zero.iter().any(|&z| z != 0),
-                        std::mem::take(&mut packed),
-                    )?;
-                    let chans = g * mg..(g + 1) * mg;
-                    Product {
-                        rows,
-                        panels: &panels,
-                        rows_zero: Axis::Rows(&self.w_zero[chans.clone()]),
-                        panels_zero: Axis::All(x_zero),
-                        bias: Some(Axis::Rows(&self.bias[chans.clone()])),
-                        ldc: out_plane,
-                    }
-                    .run(
-                        &mut Out::Quantized {
-                            data: &mut yb[chans.start * out_plane + c0..chans.end * out_plane],
-                            signed: self.y.signed,
-                            scale: Axis::Rows(&self.mult[chans]),
-                            zero_point: self.y.zero[0],
-                            lo,
-                            hi,
-                        },
-                        true,
-                    )?;
-                    packed = panels.into_storage();
-                }
-            }
+        GemmBlocks {
+            unit,
+            units,
+            per_block: per_block.min(units).max(1),
+            k,
         }
-        crate::scratch::put_back(&IM2COL_SCRATCH, (buf, phases, packed));
-        Ok(())
     }
 
-    fn run_depthwise(&self, chunks: &[DepthwiseChunk], x: &[u8], y: &mut [u8]) -> OpResult<()> {
+    /// Bytes of the patch matrix of `n` output columns (none for a pointwise conv, whose B is
+    /// its input).
+    fn patch_len(&self, pointwise: bool, n: usize) -> usize {
+        let geo = &self.s.geometry;
+        let cg = self.s.in_channels / self.s.group;
+        if pointwise {
+            0
+        } else {
+            cg * geo.kernel[0] * geo.kernel[1] * n
+        }
+    }
+
+    /// Bytes of a group's phase-split input ([`QConvKernel::phase_split`]).
+    fn phases_len(&self, pointwise: bool) -> usize {
+        let geo = &self.s.geometry;
+        let (ih, iw, sw) = (geo.input[0], geo.input[1], geo.strides[1]);
+        if pointwise || sw == 1 {
+            0
+        } else {
+            self.s.in_channels / self.s.group * ih * sw * iw.div_ceil(sw)
+        }
+    }
+
+    fn run_depthwise(
+        &self,
+        chunks: &[DepthwiseChunk],
+        x: &[u8],
+        y: &mut [u8],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
         let out_plane: usize = self.y_shape[2..].iter().product();
         let channels = self.s.out_channels;
         op_ensure!(
@@ -463,9 +522,9 @@ impl QConvKernel {
         if parallel && work >= crate::fast::PAR_MIN {
             tasks
                 .into_par_iter()
-                .try_for_each(|(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst))
+                .try_for_each(|(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst, scratch))
         } else {
-            let run = |(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst);
+            let run = |(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst, scratch);
             tasks.into_iter().try_for_each(run)
         }
     }
@@ -478,53 +537,48 @@ impl QConvKernel {
         ch: &DepthwiseChunk,
         x: &[u8],
         dst: &mut [u8],
+        scratch: &Scratch,
     ) -> OpResult<()> {
         let in_plane: usize = self.x_shape[2..].iter().product();
         let out_plane: usize = self.y_shape[2..].iter().product();
         let (xz, signed, avx2) = (self.x.zero[0], self.x.signed, self.path != QPath::Portable);
         let (lo, hi) = range(self.y.signed);
         let q = (self.y.zero[0], lo, hi, self.y.signed);
-        // This thread's buffers, shared by every depthwise layer and kept between runs.
-        let [xs, accs] = crate::scratch::take(&DEPTHWISE_SCRATCH);
-        let x_shape = [&[1, ch.count][..], &self.x_shape[2..]].concat();
-        let y_shape = [&[1, ch.count][..], &self.y_shape[2..]].concat();
-        let mut xt = Tensor::with_storage(DType::F32, &x_shape, xs)?;
-        let acc = Tensor::with_storage(DType::F32, &y_shape, accs)?;
         let base = b * self.s.out_channels + ch.first;
         let src = x
             .get(base * in_plane..(base + ch.count) * in_plane)
             .ok_or_else(|| OpError("depthwise input does not match the kernel".into()))?;
-        let xf = xt.as_mut_slice::<f32>()?;
-        #[cfg(target_arch = "x86_64")]
-        if self.avx512 {
-            // SAFETY: an Avx512 session runs only on CPUs with AVX-512F and BW.
-            unsafe { avx512::centered(src, signed, xz, xf) };
-        } else {
-            centered(src, signed, xz, xf, avx2);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        centered(src, signed, xz, xf, avx2);
-        let mut outs = [acc];
-        ch.kernel
-            .run_alone(&[Some(&xt), Some(&ch.weights), None], &mut outs)?;
-        let [acc] = outs;
-        let sums = acc.as_slice::<f32>()?;
-        let planes = dst
-            .chunks_mut(out_plane.max(1))
-            .zip(sums.chunks(out_plane.max(1)));
-        for (i, (out, a)) in planes.enumerate() {
-            let c = ch.first + i;
+        // The chunk's f32 input and sums, in its worker's region.
+        scratch.with_thread(|own| -> OpResult<()> {
+            let xf: &mut [f32] = own.take(ch.count * in_plane)?;
+            let sums: &mut [f32] = own.take(ch.count * out_plane)?;
             #[cfg(target_arch = "x86_64")]
             if self.avx512 {
-                // SAFETY: an Avx512 session runs only on CPUs with AVX-512F, BW, VL.
-                unsafe { avx512::requantize_sums(a, self.bias[c], self.mult[c], q, out) };
-                continue;
+                // SAFETY: an Avx512 session runs only on CPUs with AVX-512F and BW.
+                unsafe { avx512::centered(src, signed, xz, xf) };
+            } else {
+                centered(src, signed, xz, xf, avx2);
             }
-            requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
-        }
-        let storage = [xt.into_storage(), acc.into_storage()];
-        crate::scratch::put_back(&DEPTHWISE_SCRATCH, storage);
-        Ok(())
+            #[cfg(not(target_arch = "x86_64"))]
+            centered(src, signed, xz, xf, avx2);
+            ch.kernel
+                .compute(xf, ch.weights.as_slice::<f32>()?, None, sums)?;
+            let sums: &[f32] = sums;
+            let planes = dst
+                .chunks_mut(out_plane.max(1))
+                .zip(sums.chunks(out_plane.max(1)));
+            for (i, (out, a)) in planes.enumerate() {
+                let c = ch.first + i;
+                #[cfg(target_arch = "x86_64")]
+                if self.avx512 {
+                    // SAFETY: an Avx512 session runs only on CPUs with AVX-512F, BW, VL.
+                    unsafe { avx512::requantize_sums(a, self.bias[c], self.mult[c], q, out) };
+                    continue;
+                }
+                requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
+            }
+            Ok(())
+        })
     }
 }
 
@@ -647,7 +701,7 @@ impl Kernel for QConvKernel {
         &self,
         inputs: &[Option<&Tensor>],
         outputs: &mut [Tensor],
-        _scratch: &ferrolite_core::scratch::Scratch,
+        scratch: &Scratch,
     ) -> OpResult<()> {
         let x = required(inputs, 0)?;
         op_ensure!(
@@ -668,8 +722,36 @@ impl Kernel for QConvKernel {
         let xb = x.bytes();
         let yb = y.bytes_mut();
         match &self.strategy {
-            Strategy::Gemm { groups, pointwise } => self.run_gemm(groups, *pointwise, xb, yb),
-            Strategy::Depthwise(chunks) => self.run_depthwise(chunks, xb, yb),
+            Strategy::Gemm { groups, pointwise } => {
+                self.run_gemm(groups, *pointwise, xb, yb, scratch)
+            }
+            Strategy::Depthwise(chunks) => self.run_depthwise(chunks, xb, yb, scratch),
+        }
+    }
+
+    fn scratch(&self, _threads: usize) -> ScratchNeed {
+        match &self.strategy {
+            Strategy::Gemm { groups, pointwise } => {
+                let b = self.gemm_blocks(groups, *pointwise);
+                let n = b.per_block * b.unit;
+                ScratchNeed {
+                    shared: bytes_for::<u8>(self.patch_len(*pointwise, n))
+                        + bytes_for::<u8>(self.phases_len(*pointwise))
+                        + Packed::scratch_bytes(Packed::panels_lens(self.path, b.k, n)),
+                    per_thread: 0,
+                }
+            }
+            Strategy::Depthwise(chunks) => {
+                let in_plane: usize = self.x_shape[2..].iter().product();
+                let out_plane: usize = self.y_shape[2..].iter().product();
+                let chunk = |c: &DepthwiseChunk| {
+                    bytes_for::<f32>(c.count * in_plane) + bytes_for::<f32>(c.count * out_plane)
+                };
+                ScratchNeed {
+                    shared: 0,
+                    per_thread: chunks.iter().map(chunk).max().unwrap_or(0),
+                }
+            }
         }
     }
 

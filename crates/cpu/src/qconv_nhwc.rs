@@ -24,6 +24,7 @@ use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::quant::QLinearConv;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 use rayon::prelude::*;
 
@@ -32,7 +33,7 @@ enum Strategy {
     /// The weights as GEMM column panels of depth `taps * C`, and their zero points as the
     /// GEMM sees them (s8), per output channel.
     Gemm {
-        weights: Packed,
+        weights: Packed<'static>,
         zero: Vec<i32>,
         indirect: Option<Indirect>,
     },
@@ -86,11 +87,6 @@ pub struct QConvNhwcKernel {
     mult: Vec<f32>,
     bias: Vec<i32>,
     strategy: Strategy,
-}
-
-thread_local! {
-    /// The packed patch rows of [`QConvNhwcKernel::run_gemm`], reused by every layer.
-    static ROWS_SCRATCH: crate::scratch::Scratch<(crate::qgemm::LineBytes, Vec<i16>)> = Default::default();
 }
 
 /// Output pixels per GEMM task: whole row blocks, at least this many multiply-adds.
@@ -306,16 +302,16 @@ impl QConvNhwcKernel {
         }
     }
 
-    fn run_gemm(&self, weights: &Packed, w_zero: &[i32], x: &[u8], y: &mut [u8]) -> OpResult<()> {
+    /// Output pixels per task of [`QConvNhwcKernel::run_gemm`] on `threads` workers, and
+    /// whether the weights are streamed. Large weights: as many pixels per task as fit a patch
+    /// block, the threads splitting the output channels (the GEMM's columns) inside each, so
+    /// every weight is read once per block. Otherwise whole row blocks per task, enough work
+    /// each to pay for the task, the threads splitting the pixels.
+    fn gemm_tasks(&self, k: usize, threads: usize) -> (usize, bool) {
         let m = self.s.out_channels;
-        let k = weights.k();
-        let pixels = y.len() / m.max(1);
+        let pixels = self.s.batch * self.s.geometry.output.iter().product::<usize>();
         let mr = self.path.tile().0;
-        let threads = rayon::current_num_threads().max(1);
-        // Large weights: as many pixels per task as fit a patch block, the threads splitting
-        // the output channels (the GEMM's columns) inside each, so every weight is read once
-        // per block. Otherwise whole row blocks per task, enough work each to pay for the
-        // task, the threads splitting the pixels.
+        let threads = threads.max(1);
         let streamed = m * k > STREAMED_WEIGHTS;
         let per = if streamed {
             (STREAMED_ROWS_BYTES / k.max(1))
@@ -325,6 +321,21 @@ impl QConvNhwcKernel {
             let per = (TASK_WORK / (m * k).max(1)).next_multiple_of(mr).max(mr);
             per.min(pixels.div_ceil(threads * 4).next_multiple_of(mr))
         };
+        (per, streamed)
+    }
+
+    fn run_gemm(
+        &self,
+        weights: &Packed,
+        w_zero: &[i32],
+        x: &[u8],
+        y: &mut [u8],
+        scratch: &Scratch,
+    ) -> OpResult<()> {
+        let m = self.s.out_channels;
+        let k = weights.k();
+        let pixels = y.len() / m.max(1);
+        let (per, streamed) = self.gemm_tasks(k, rayon::current_num_threads());
         let x_flip = flip(self.x.signed, false);
         let x_zero = flipped_zero(self.x.zero[0], self.x.signed, false);
         let (lo, hi) = range(self.y.signed);
@@ -333,33 +344,34 @@ impl QConvNhwcKernel {
         let task = |(t, out): (usize, &mut [u8])| -> OpResult<()> {
             let first = t * per;
             let rows = out.len() / m;
-            let storage = crate::scratch::take(&ROWS_SCRATCH);
-            let packed =
-                Packed::gathered_rows(self.path, k, rows, x_flip, sums, storage, |i, buf| {
-                    self.patch(x, first + i, buf)
-                })?;
-            let result = Product {
-                rows: &packed,
-                panels: weights,
-                rows_zero: Axis::All(x_zero),
-                panels_zero: Axis::Cols(w_zero),
-                bias: Some(Axis::Cols(&self.bias)),
-                ldc: m,
-            }
-            .run(
-                &mut Out::Quantized {
-                    data: out,
-                    signed: self.y.signed,
-                    scale: Axis::Cols(&self.mult),
-                    zero_point: self.y.zero[0],
-                    lo,
-                    hi,
-                },
-                streamed,
-            );
-            let storage = packed.into_storage();
-            crate::scratch::put_back(&ROWS_SCRATCH, storage);
-            result
+            // The task's packed patches, in its worker's region.
+            scratch.with_thread(|own| {
+                let storage = Packed::lent(own, Packed::gathered_lens(self.path, k, rows))?;
+                let packed =
+                    Packed::gathered_rows(self.path, k, rows, x_flip, sums, storage, |i, buf| {
+                        self.patch(x, first + i, buf)
+                    })?;
+                let result = Product {
+                    rows: &packed,
+                    panels: weights,
+                    rows_zero: Axis::All(x_zero),
+                    panels_zero: Axis::Cols(w_zero),
+                    bias: Some(Axis::Cols(&self.bias)),
+                    ldc: m,
+                }
+                .run(
+                    &mut Out::Quantized {
+                        data: out,
+                        signed: self.y.signed,
+                        scale: Axis::Cols(&self.mult),
+                        zero_point: self.y.zero[0],
+                        lo,
+                        hi,
+                    },
+                    streamed,
+                );
+                result
+            })
         };
         let chunk = (per * m).max(1);
         if pixels <= per || streamed {
@@ -629,6 +641,7 @@ impl QConvNhwcKernel {
         (wf, bias_in_sum): (&[f32], bool),
         x: &[u8],
         y: &mut [u8],
+        scratch: &Scratch,
     ) -> OpResult<()> {
         let c = self.s.out_channels;
         let ow = self.s.geometry.output[1];
@@ -641,13 +654,14 @@ impl QConvNhwcKernel {
                 y.len() == self.s.batch * oh * ow * c,
                 "depthwise output does not match the kernel"
             );
-            let band = self.depthwise_band_rows();
+            let threads = rayon::current_num_threads();
+            let band = self.depthwise_band_rows(threads);
+            let band_floats = self.band_floats(threads);
             let bands = self.s.batch * oh.div_ceil(band);
             // Tasks split the channel groups too where the bands alone would not give every
             // thread several (a deep layer on a 7x7 map is one band): splitting its rows
             // instead converted the rows each band shares with the next again.
             let groups = c.div_ceil(16);
-            let threads = rayon::current_num_threads();
             let splits = if threads <= 1 {
                 1
             } else {
@@ -661,17 +675,23 @@ impl QConvNhwcKernel {
                 let rows = band.min(oh - first);
                 let g0 = (split * per_split).min(groups);
                 let g1 = ((split + 1) * per_split).min(groups);
-                // SAFETY: the session's ISA is AVX-512, which the CPU has; task `t` alone
-                // writes rows `first..first + rows` of image `b`, channels `16 * g0..16 * g1`
-                // (clipped to C), inside `y` (checked above).
-                unsafe {
-                    let at = out.get().add((b * oh + first) * ow * c);
-                    let w = (wf, bias_in_sum);
-                    avx512::depthwise_band(self, w, x, (b, first, rows), g0 * 16..g1 * 16, at)
-                }
+                // The band's f32 rows in the task's worker's region.
+                scratch.with_thread(|own| -> OpResult<()> {
+                    let buf: &mut [f32] = own.take(band_floats)?;
+                    // SAFETY: the session's ISA is AVX-512, which the CPU has; task `t` alone
+                    // writes rows `first..first + rows` of image `b`, channels
+                    // `16 * g0..16 * g1` (clipped to C), inside `y` (checked above); `buf`
+                    // holds a whole band and starts on a line (scratch does).
+                    unsafe {
+                        let at = out.get().add((b * oh + first) * ow * c);
+                        let w = (wf, bias_in_sum);
+                        let channels = g0 * 16..g1 * 16;
+                        avx512::depthwise_band(self, w, x, (b, first, rows), channels, at, buf)
+                    };
+                    Ok(())
+                })
             };
-            (0..bands * splits).into_par_iter().for_each(task);
-            return Ok(());
+            return (0..bands * splits).into_par_iter().try_for_each(task);
         }
         let (lo, hi) = range(self.y.signed);
         let row = |(r, out): (usize, &mut [u8])| {
@@ -693,10 +713,20 @@ impl QConvNhwcKernel {
         Ok(())
     }
 
+    /// Floats of one band of [`avx512::depthwise_band`] on `threads` workers: its padded input
+    /// rows for sixteen channels.
+    #[cfg(target_arch = "x86_64")]
+    fn band_floats(&self, threads: usize) -> usize {
+        let g = &self.s.geometry;
+        let rows = self.depthwise_band_rows(threads);
+        let band_h = (rows - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1;
+        band_h * avx512::band_width(self) * 16
+    }
+
     /// Output rows per AVX-512 depthwise task: enough tasks for every thread (four each),
     /// and a band's input rows as f32 within about 256 KiB, the size of a core's L2 share.
     #[cfg(target_arch = "x86_64")]
-    fn depthwise_band_rows(&self) -> usize {
+    fn depthwise_band_rows(&self, threads: usize) -> usize {
         let g = &self.s.geometry;
         let oh = g.output[0];
         // A band holds sixteen channels at a time.
@@ -704,7 +734,6 @@ impl QConvNhwcKernel {
         let fit = ((256 << 10) / row_bytes.max(1) / g.strides[0]).max(1);
         // One thread takes the largest bands (each band converts its overlap with the next
         // again).
-        let threads = rayon::current_num_threads();
         let tasks = if threads <= 1 { 1 } else { 4 * threads };
         // Rows split over threads only where the channel groups cannot keep them busy.
         let groups = self.s.out_channels.div_ceil(16);
@@ -797,12 +826,6 @@ mod avx512 {
     use crate::qgemm::x86::Narrow;
     use std::arch::x86_64::*;
 
-    thread_local! {
-        /// A depthwise band's input rows for sixteen channels, `x - x_zero` as f32 with the
-        /// padding as 0.
-        static BAND: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-
     /// The padded input row width (in pixels) the output row reads: left padding, the image,
     /// and what the right padding adds.
     pub(super) fn band_width(k: &QConvNhwcKernel) -> usize {
@@ -819,8 +842,10 @@ mod avx512 {
     /// The CPU has AVX-512 F/BW/VL; `out` points at output row `first` of image `b` and is
     /// valid for `rows` whole rows, whose channels `channels` (from a multiple of 16) no other
     /// thread writes meanwhile; `w` is the kernel's `[taps][C rounded up to 16]` f32 weights
-    /// (with whether sums may start from the bias); the kernel has at most 256 taps.
+    /// (with whether sums may start from the bias); the kernel has at most 256 taps. `buf`
+    /// (scratch starting on a 64-byte line) holds the band: [`QConvNhwcKernel::band_floats`].
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn depthwise_band(
         k: &QConvNhwcKernel,
         (w, bias_in_sum): (&[f32], bool),
@@ -828,6 +853,7 @@ mod avx512 {
         (b, first, rows): (usize, usize, usize),
         channels: std::ops::Range<usize>,
         out: *mut u8,
+        buf: &mut [f32],
     ) {
         let g = &k.s.geometry;
         let (ih, iw) = (g.input[0], g.input[1]);
@@ -849,17 +875,14 @@ mod avx512 {
         let left = g.pad_begin[1];
         // A band row: the padded input row's pixels, sixteen channels each.
         let row_len = width * 16;
-        BAND.with_borrow_mut(|buf| {
+        {
             // Every element is written below: zeros for the padding, the input for the rest.
-            // The band starts on a 64-byte line (up to 15 values in), so that every pixel's
-            // sixteen channels are one line: a `Vec` may start anywhere on one, and loads
-            // spanning two lines cost this kernel about a third of its time.
+            // The band starts on a 64-byte line (scratch does), so that every pixel's
+            // sixteen channels are one line: loads spanning two lines cost this kernel about a
+            // third of its time.
             let len = band_h * row_len;
-            if buf.len() < len + 15 {
-                buf.resize(len + 15, 0.0);
-            }
-            let skip = buf.as_ptr().align_offset(64).min(15);
-            let buf = &mut buf[skip..skip + len];
+            assert!(buf.len() >= len && buf.as_ptr().align_offset(64) == 0);
+            let buf = &mut buf[..len];
             let zero = _mm512_set1_epi32(k.x.zero[0]);
             let (lo, hi) = range(k.y.signed);
             let narrow = Narrow::new(k.y.zero[0], lo, hi);
@@ -918,7 +941,7 @@ mod avx512 {
                     }
                 }
             }
-        });
+        }
     }
 
     const PIXELS: usize = 8;
@@ -1007,7 +1030,7 @@ impl Kernel for QConvNhwcKernel {
         &self,
         inputs: &[Option<&Tensor>],
         outputs: &mut [Tensor],
-        _scratch: &ferrolite_core::scratch::Scratch,
+        scratch: &Scratch,
     ) -> OpResult<()> {
         let x = required(inputs, 0)?;
         op_ensure!(
@@ -1034,12 +1057,42 @@ impl Kernel for QConvNhwcKernel {
                 indirect: Some(ind),
                 ..
             } => self.run_indirect(weights, ind, xb, yb),
-            Strategy::Gemm { weights, zero, .. } => self.run_gemm(weights, zero, xb, yb),
+            Strategy::Gemm { weights, zero, .. } => self.run_gemm(weights, zero, xb, yb, scratch),
             Strategy::Depthwise {
                 weights,
                 weights_f32,
                 bias_in_sum,
-            } => self.run_depthwise(weights, (&weights_f32[..], *bias_in_sum), xb, yb),
+            } => self.run_depthwise(weights, (&weights_f32[..], *bias_in_sum), xb, yb, scratch),
+        }
+    }
+
+    fn scratch(&self, threads: usize) -> ScratchNeed {
+        match &self.strategy {
+            #[cfg(target_arch = "x86_64")]
+            Strategy::Gemm {
+                indirect: Some(_), ..
+            } => ScratchNeed::NONE,
+            Strategy::Gemm { weights, .. } => {
+                let (per, _) = self.gemm_tasks(weights.k(), threads);
+                let lens = Packed::gathered_lens(self.path, weights.k(), per);
+                ScratchNeed {
+                    shared: 0,
+                    per_thread: Packed::scratch_bytes(lens),
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Strategy::Depthwise { weights_f32, .. }
+                if self.isa.has_avx512()
+                    && weights_f32.len() <= 256 * self.s.out_channels.next_multiple_of(16) =>
+            {
+                ScratchNeed {
+                    shared: 0,
+                    per_thread: ferrolite_core::scratch::bytes_for::<f32>(
+                        self.band_floats(threads),
+                    ),
+                }
+            }
+            Strategy::Depthwise { .. } => ScratchNeed::NONE,
         }
     }
 

@@ -42,7 +42,7 @@ pub struct QMatMulKernel {
     /// The input slot of A's zero point when it is only known at run time.
     a_zero_input: Option<usize>,
     a_signed: bool,
-    b: Packed,
+    b: Packed<'static>,
     /// B's zero point per column as the GEMM sees it (s8).
     b_zero: Vec<i32>,
     output: Output,
@@ -59,7 +59,7 @@ fn pack_weights(
     (k, n): (usize, usize),
     transposed: bool,
     bq: &QParams,
-) -> Result<(Packed, Vec<i32>), String> {
+) -> Result<(Packed<'static>, Vec<i32>), String> {
     let (rs, cs) = if transposed { (k, 1) } else { (1, n) };
     let source = Source {
         data: b.bytes(),

@@ -29,10 +29,11 @@ pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
-pub use line_bytes::LineBytes;
+pub use line_bytes::{Bytes, LineBytes, Pairs, Store};
 
 use crate::Isa;
 use ferrolite_core::prepacked;
+use ferrolite_core::scratch::{bytes_for, Carve};
 use ferrolite_core::{op_ensure, OpResult};
 use rayon::prelude::*;
 
@@ -231,7 +232,7 @@ pub enum Side {
 /// An 8-bit operand in a path's packed layout, with its sums over `k` (for the zero-point
 /// corrections of the other side).
 #[derive(Clone, Debug)]
-pub struct Packed {
+pub struct Packed<'s> {
     path: QPath,
     side: Side,
     /// Whether the stored bytes are read as i8 (weights) or u8 (activations).
@@ -239,8 +240,8 @@ pub struct Packed {
     k: usize,
     /// Rows (`Side::Rows`) or columns (`Side::Panels`).
     len: usize,
-    bytes: LineBytes,
-    pairs: Vec<i16>,
+    bytes: Bytes<'s>,
+    pairs: Pairs<'s>,
     /// Sum over `k` of each row or column, as stored.
     pub sums: Vec<i32>,
 }
@@ -256,14 +257,20 @@ pub struct Source<'a> {
     pub signed: bool,
 }
 
-impl Packed {
+impl<'s> Packed<'s> {
     /// Bytes of the packed operand and its sums.
     pub fn bytes(&self) -> usize {
-        self.bytes.len() + size_of_val(self.pairs.as_slice()) + size_of_val(self.sums.as_slice())
+        self.bytes.len() + size_of_val(&self.pairs[..]) + size_of_val(self.sums.as_slice())
     }
 
     /// Packs `len` rows or columns of depth `k` from `src`.
-    pub fn new(path: QPath, side: Side, k: usize, len: usize, src: Source) -> OpResult<Packed> {
+    pub fn new(
+        path: QPath,
+        side: Side,
+        k: usize,
+        len: usize,
+        src: Source,
+    ) -> OpResult<Packed<'static>> {
         op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
         if len > 0 && k > 0 {
             let last = (len - 1) * src.rs + (k - 1) * src.cs;
@@ -368,8 +375,8 @@ impl Packed {
             signed: src.signed,
             k,
             len,
-            bytes,
-            pairs,
+            bytes: Store::Own(bytes),
+            pairs: Store::Own(pairs),
             sums,
         })
     }
@@ -386,7 +393,7 @@ impl Packed {
         k: usize,
         len: usize,
         src: Source,
-    ) -> OpResult<Packed> {
+    ) -> OpResult<Packed<'static>> {
         if !prepacked::active() {
             return Packed::new(path, side, k, len, src);
         }
@@ -408,7 +415,7 @@ impl Packed {
             len,
             usize::from(src.signed),
         ];
-        let mut fresh: Option<OpResult<Packed>> = None;
+        let mut fresh: Option<OpResult<Packed<'static>>> = None;
         let mut made = || {
             fresh
                 .get_or_insert_with(|| Packed::new(path, side, k, len, src))
@@ -420,7 +427,7 @@ impl Packed {
             made().map(|p| p.bytes.to_vec()).unwrap_or_default()
         });
         let pairs = prepacked::take(&desc, n_pairs, || {
-            made().map(|p| p.pairs).unwrap_or_default()
+            made().map(|p| p.pairs.to_vec()).unwrap_or_default()
         });
         let sums = prepacked::take(&desc, len, || made().map(|p| p.sums).unwrap_or_default());
         match fresh {
@@ -432,8 +439,8 @@ impl Packed {
                 signed: src.signed,
                 k,
                 len,
-                bytes: LineBytes::from_slice(&bytes),
-                pairs: pairs.into_vec(),
+                bytes: Store::Own(LineBytes::from_slice(&bytes)),
+                pairs: Store::Own(pairs.into_vec()),
                 sums: sums.into_vec(),
             }),
         }
@@ -442,9 +449,9 @@ impl Packed {
     /// Packs the columns of a row-major `[k, n]` matrix (row stride `ld`) as unsigned panels:
     /// the per-run packing of activations, so it interleaves whole rows at a time, and skips
     /// the column sums unless `sums` (they are needed only against weights with non-zero zero
-    /// points). `reuse` holds the storage of an earlier packing ([`Packed::into_storage`]):
-    /// its old bytes stay only in the last panel's lanes past `n`, whose columns no product
-    /// stores.
+    /// points). It packs into `storage`, a region of scratch of [`Packed::panels_lens`]
+    /// values (or buffers of its own): what an earlier run left there stays only in the last
+    /// panel's lanes past `n`, whose columns no product stores.
     #[allow(clippy::too_many_arguments)]
     pub fn activation_panels(
         path: QPath,
@@ -454,8 +461,8 @@ impl Packed {
         ld: usize,
         flip: u8,
         sums: bool,
-        reuse: (LineBytes, Vec<i16>),
-    ) -> OpResult<Packed> {
+        storage: (Bytes<'s>, Pairs<'s>),
+    ) -> OpResult<Packed<'s>> {
         op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
         op_ensure!(
             ld >= n && (k == 0 || n == 0 || (k - 1) * ld + n <= src.len()),
@@ -465,13 +472,13 @@ impl Packed {
         let nr = path.tile().1;
         let panels = n.div_ceil(nr);
         let row = |kk: usize| &src[kk * ld..kk * ld + n];
-        let (mut bytes, mut pairs) = reuse;
+        let (mut bytes, mut pairs) = storage;
         match path.group() {
             Group::Quad => {
                 // Every quad is written below, the padding of k (AMX) as zeros.
                 let kq = path.quads(k);
-                bytes.resize_zeroed(panels * kq * nr * 4);
-                pairs.clear();
+                bytes.set_len(panels * kq * nr * 4)?;
+                pairs.set_len(0)?;
                 let pad = vec![flip; n];
                 // One panel per task: its kq quads are contiguous.
                 let panel = |(jp, dst): (usize, &mut [u8])| {
@@ -522,8 +529,8 @@ impl Packed {
             }
             Group::Pair => {
                 let kp = k.div_ceil(2);
-                pairs.resize(panels * kp * nr * 2, 0i16);
-                bytes.clear();
+                pairs.set_len(panels * kp * nr * 2)?;
+                bytes.set_len(0)?;
                 for q in 0..kp {
                     let r0 = row(2 * q);
                     let r1 = (2 * q + 1 < k).then(|| row(2 * q + 1));
@@ -562,30 +569,29 @@ impl Packed {
     /// writes row `i`'s `k` bytes into `buf`, which are stored XORed with `flip` (a
     /// channels-last convolution's patches, gathered from the taps' pixels). The row sums
     /// are computed only when `sums` (against weights with non-zero zero points); otherwise
-    /// they read as 0. `reuse` holds the storage of an earlier packing
-    /// ([`Packed::into_storage`]).
+    /// they read as 0. It packs into `storage`, a region of scratch of
+    /// [`Packed::gathered_lens`] values (or buffers of its own).
     pub fn gathered_rows(
         path: QPath,
         k: usize,
         len: usize,
         flip: u8,
         sums: bool,
-        reuse: (LineBytes, Vec<i16>),
+        storage: (Bytes<'s>, Pairs<'s>),
         mut line: impl FnMut(usize, &mut [u8]),
-    ) -> OpResult<Packed> {
+    ) -> OpResult<Packed<'s>> {
         op_ensure!(k <= MAX_K, "depth {k} exceeds the integer GEMM's {MAX_K}");
         let mr = path.tile().0;
         let blocks = len.div_ceil(mr);
-        let (mut bytes, mut pairs) = reuse;
+        let (mut bytes, mut pairs) = storage;
         let mut row_sums = vec![0i32; len];
         let mut buf = vec![0u8; k];
         match path.group() {
             Group::Quad if path.linear_rows() => {
                 let line_len = path.quads(k) * 4;
                 // Lanes past `len` in the last block and the padding of k are zero.
-                bytes.clear();
-                bytes.resize_zeroed(blocks * mr * line_len);
-                pairs.clear();
+                bytes.set_len_zeroed(blocks * mr * line_len)?;
+                pairs.set_len(0)?;
                 for (i, sum) in row_sums.iter_mut().enumerate() {
                     let dst = &mut bytes[i * line_len..][..k];
                     line(i, dst);
@@ -600,9 +606,8 @@ impl Packed {
             Group::Quad => {
                 let kq = k.div_ceil(4);
                 // Lanes past `len` in the last block and the padding of k are zero.
-                bytes.clear();
-                bytes.resize_zeroed(blocks * kq * mr * 4);
-                pairs.clear();
+                bytes.set_len_zeroed(blocks * kq * mr * 4)?;
+                pairs.set_len(0)?;
                 let flip4 = u32::from_ne_bytes([flip; 4]);
                 for (i, sum) in row_sums.iter_mut().enumerate() {
                     line(i, &mut buf);
@@ -625,9 +630,8 @@ impl Packed {
             }
             Group::Pair => {
                 let kp = k.div_ceil(2);
-                pairs.clear();
-                pairs.resize(blocks * kp * mr * 2, 0);
-                bytes.clear();
+                pairs.set_len_zeroed(blocks * kp * mr * 2)?;
+                bytes.set_len(0)?;
                 for (i, sum) in row_sums.iter_mut().enumerate() {
                     line(i, &mut buf);
                     if sums {
@@ -653,9 +657,41 @@ impl Packed {
         })
     }
 
-    /// The packed storage, for [`Packed::activation_panels`] to reuse.
-    pub fn into_storage(self) -> (LineBytes, Vec<i16>) {
-        (self.bytes, self.pairs)
+    /// The bytes and pairs [`Packed::activation_panels`] stores for a `[k, n]` matrix.
+    pub fn panels_lens(path: QPath, k: usize, n: usize) -> (usize, usize) {
+        let nr = path.tile().1;
+        let panels = n.div_ceil(nr);
+        match path.group() {
+            Group::Quad => (panels * path.quads(k) * nr * 4, 0),
+            Group::Pair => (0, panels * k.div_ceil(2) * nr * 2),
+        }
+    }
+
+    /// The bytes and pairs [`Packed::gathered_rows`] stores for `len` rows of depth `k`.
+    pub fn gathered_lens(path: QPath, k: usize, len: usize) -> (usize, usize) {
+        let mr = path.tile().0;
+        let blocks = len.div_ceil(mr);
+        match path.group() {
+            Group::Quad if path.linear_rows() => (blocks * mr * path.quads(k) * 4, 0),
+            Group::Quad => (blocks * k.div_ceil(4) * mr * 4, 0),
+            Group::Pair => (0, blocks * k.div_ceil(2) * mr * 2),
+        }
+    }
+
+    /// Scratch bytes of `lens` (from [`Packed::panels_lens`] or [`Packed::gathered_lens`]).
+    pub fn scratch_bytes((bytes, pairs): (usize, usize)) -> usize {
+        bytes_for::<u8>(bytes) + bytes_for::<i16>(pairs)
+    }
+
+    /// Storage for a packing of `lens` values, from `carve`.
+    pub fn lent(
+        carve: &mut Carve<'s>,
+        (bytes, pairs): (usize, usize),
+    ) -> OpResult<(Bytes<'s>, Pairs<'s>)> {
+        Ok((
+            Store::Lent(carve.take(bytes)?),
+            Store::Lent(carve.take(pairs)?),
+        ))
     }
 
     /// The bytes of column panel `jp` (`[k / 4][NR][4]`) of a packing in quads.
@@ -723,8 +759,8 @@ pub enum Out<'a> {
 /// The product's description: the packed operands, their zero points (as stored, after any
 /// flip), an i32 bias added before the epilogue, and C's row stride.
 pub struct Product<'a> {
-    pub rows: &'a Packed,
-    pub panels: &'a Packed,
+    pub rows: &'a Packed<'a>,
+    pub panels: &'a Packed<'a>,
     pub rows_zero: Axis<'a, i32>,
     pub panels_zero: Axis<'a, i32>,
     pub bias: Option<Axis<'a, i32>>,
