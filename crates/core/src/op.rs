@@ -225,6 +225,15 @@ pub trait Op: Debug + Send + Sync + Any {
         true
     }
 
+    /// Whether the op is element-wise: each output value is one function, the same at every
+    /// position, of the input values at that position (after broadcasting; a normalization's
+    /// parameters along the channel axis). Passes that rewrite chains of such ops read this
+    /// rather than a list of names: `lookup-int8` tabulates any chain of them over an 8-bit
+    /// value.
+    fn pointwise(&self) -> bool {
+        false
+    }
+
     /// Whether the reference's output 0 shares input 0's data instead of copying it (Reshape
     /// and friends), so the memory planner keeps that buffer alive for both.
     fn output_aliases_input(&self) -> bool {

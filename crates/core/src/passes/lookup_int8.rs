@@ -23,37 +23,6 @@ use std::sync::Arc;
 
 pub struct LookupInt8;
 
-/// The element-wise ops a chain may pass through (with their other operands single constant
-/// values: a scale, a zero point, a clip bound).
-const ELEMENTWISE: [&str; 26] = [
-    "BatchNormalization",
-    "DequantizeLinear",
-    "QuantizeLinear",
-    "QdqBinary",
-    "QLinearAdd",
-    "QLinearMul",
-    "QLinearSigmoid",
-    "QLinearLeakyRelu",
-    "QLinearLookup",
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Relu",
-    "Clip",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "LeakyRelu",
-    "Tanh",
-    "Neg",
-    "Abs",
-    "Exp",
-    "Erf",
-    "Gelu",
-    "Softplus",
-];
-
 /// The most nodes one chain may hold (the search stays local).
 const MAX_CHAIN: usize = 16;
 
@@ -100,7 +69,9 @@ fn chain(
     let mut stack = vec![end];
     while let Some(i) = stack.pop() {
         let n = &g.nodes[i];
-        if n.outputs.len() != 1 || !ELEMENTWISE.contains(&n.op.name()) {
+        // Element-wise ops (`Op::pointwise`), with their other operands single constant
+        // values (a scale, a zero point, a clip bound) or constants per channel.
+        if n.outputs.len() != 1 || !n.op.pointwise() {
             return None;
         }
         for (slot, v) in n.inputs.iter().enumerate() {
@@ -121,7 +92,7 @@ fn chain(
             }
             let expand = !(first_8bit && is_8bit(vi.dtype));
             match producer.get(v) {
-                Some(&p) if expand && ELEMENTWISE.contains(&g.nodes[p].op.name()) => {
+                Some(&p) if expand && g.nodes[p].op.pointwise() => {
                     if !nodes.contains(&p) {
                         if nodes.len() == MAX_CHAIN {
                             return None;

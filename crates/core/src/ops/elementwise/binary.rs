@@ -200,6 +200,10 @@ static P_SHIFT: Prototype = Prototype {
 };
 
 impl Op for Binary {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.kind.name()
     }

@@ -32,6 +32,10 @@ fn bound<T: Elem>(inputs: &[Option<&Tensor>], i: usize, attr: Option<f32>) -> Op
 }
 
 impl Op for Clip {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "Clip",
         Prototype {

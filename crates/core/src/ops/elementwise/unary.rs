@@ -585,6 +585,10 @@ unary_proto!(P_SIGNED, DTypeSet::SIGNED);
 unary_proto!(P_NUMERIC, DTypeSet::NUMERIC);
 
 impl Op for Unary {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.kind.name()
     }

@@ -58,6 +58,10 @@ impl Default for BatchNorm {
 }
 
 impl Op for BatchNorm {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!("BatchNormalization", BATCH_NORM);
 
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {
@@ -102,6 +106,10 @@ pub struct BatchNormPerElement {
 }
 
 impl Op for BatchNormPerElement {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!("BatchNormalization", BATCH_NORM);
 
     fn infer(&self, ctx: &InferCtx) -> OpResult<Vec<TensorInfo>> {

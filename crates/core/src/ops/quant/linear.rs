@@ -132,6 +132,10 @@ impl QuantizeLinear {
 }
 
 impl Op for QuantizeLinear {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "QuantizeLinear",
         Prototype {
@@ -255,6 +259,10 @@ impl Default for DequantizeLinear {
 }
 
 impl Op for DequantizeLinear {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "DequantizeLinear",
         Prototype {

@@ -24,6 +24,10 @@ pub struct QLinearLookup {
 }
 
 impl Op for QLinearLookup {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "QLinearLookup",
         Prototype {

@@ -29,6 +29,10 @@ impl QdqBinary {
 }
 
 impl Op for QdqBinary {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "QdqBinary",
         Prototype {

@@ -120,6 +120,10 @@ fn add_value(x: (i64, f32, i64), y: (i64, f32, i64), zc: i64, y_single: bool) ->
 pub struct QLinearAdd;
 
 impl Op for QLinearAdd {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "QLinearAdd",
         Prototype {
@@ -155,6 +159,10 @@ impl Op for QLinearAdd {
 pub struct QLinearMul;
 
 impl Op for QLinearMul {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "QLinearMul",
         Prototype {
@@ -199,6 +207,10 @@ fn unary_eval(
 pub struct QLinearSigmoid;
 
 impl Op for QLinearSigmoid {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "QLinearSigmoid",
         Prototype {
@@ -230,6 +242,10 @@ impl Default for QLinearLeakyRelu {
 }
 
 impl Op for QLinearLeakyRelu {
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     op_common!(
         "QLinearLeakyRelu",
         Prototype {
