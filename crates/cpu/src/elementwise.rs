@@ -486,7 +486,7 @@ impl Kernel for BinaryKernel {
 
 /// The cost per element of `kind`'s f32 loop (for the threading threshold), or why there is
 /// none: those kinds run their reference in f64.
-fn unary_work(kind: UnaryKind) -> Result<usize, String> {
+pub(crate) fn unary_work(kind: UnaryKind) -> Result<usize, String> {
     use UnaryKind::*;
     match kind {
         Relu

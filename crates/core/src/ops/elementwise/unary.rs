@@ -247,6 +247,19 @@ impl UnaryKind {
         .to_vec()
     }
 
+    /// An interval of inputs where the function is defined and finite, for tests that draw
+    /// their inputs: the logarithms' and roots' positive values, the inverse functions'
+    /// domains; [-8, 8] elsewhere (past every activation's knees).
+    pub fn test_domain(self) -> (f32, f32) {
+        use UnaryKind::*;
+        match self {
+            Log | Sqrt => (0.05, 8.0),
+            Acosh => (1.0, 8.0),
+            Asin | Acos | Atanh => (-0.95, 0.95),
+            _ => (-8.0, 8.0),
+        }
+    }
+
     /// Whether the fusion passes fold this function into the epilogue of the op producing its
     /// input (Conv, ConvTranspose, Gemm, FullyConnected). Every backend computes any kind
     /// there; these are the ones cheap enough in a tile's epilogue to be worth it.
