@@ -479,6 +479,8 @@ impl<'s> Packed<'s> {
                 let kq = path.quads(k);
                 bytes.set_len(panels * kq * nr * 4)?;
                 pairs.set_len(0)?;
+                // A plain slice for the loops: the store's variant is not matched per byte.
+                let bytes: &mut [u8] = &mut bytes;
                 let pad = vec![flip; n];
                 // One panel per task: its kq quads are contiguous.
                 let panel = |(jp, dst): (usize, &mut [u8])| {
@@ -531,6 +533,7 @@ impl<'s> Packed<'s> {
                 let kp = k.div_ceil(2);
                 pairs.set_len(panels * kp * nr * 2)?;
                 bytes.set_len(0)?;
+                let pairs: &mut [i16] = &mut pairs;
                 for q in 0..kp {
                     let r0 = row(2 * q);
                     let r1 = (2 * q + 1 < k).then(|| row(2 * q + 1));
@@ -592,6 +595,8 @@ impl<'s> Packed<'s> {
                 // Lanes past `len` in the last block and the padding of k are zero.
                 bytes.set_len_zeroed(blocks * mr * line_len)?;
                 pairs.set_len(0)?;
+                // A plain slice for the loops: the store's variant is not matched per byte.
+                let bytes: &mut [u8] = &mut bytes;
                 for (i, sum) in row_sums.iter_mut().enumerate() {
                     let dst = &mut bytes[i * line_len..][..k];
                     line(i, dst);
@@ -608,6 +613,7 @@ impl<'s> Packed<'s> {
                 // Lanes past `len` in the last block and the padding of k are zero.
                 bytes.set_len_zeroed(blocks * kq * mr * 4)?;
                 pairs.set_len(0)?;
+                let bytes: &mut [u8] = &mut bytes;
                 let flip4 = u32::from_ne_bytes([flip; 4]);
                 for (i, sum) in row_sums.iter_mut().enumerate() {
                     line(i, &mut buf);
@@ -632,6 +638,7 @@ impl<'s> Packed<'s> {
                 let kp = k.div_ceil(2);
                 pairs.set_len_zeroed(blocks * kp * mr * 2)?;
                 bytes.set_len(0)?;
+                let pairs: &mut [i16] = &mut pairs;
                 for (i, sum) in row_sums.iter_mut().enumerate() {
                     line(i, &mut buf);
                     if sums {
