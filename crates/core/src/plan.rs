@@ -383,6 +383,8 @@ pub struct Plan {
 struct RunBuffers {
     tensors: Vec<Option<Storage>>,
     scratch: Scratch,
+    /// The workers `scratch` has regions for.
+    threads: usize,
 }
 
 impl Plan {
@@ -526,18 +528,21 @@ impl Plan {
             .map_err(|_| Error::Other("buffer pool poisoned".into()))?
             .pop();
         let threads = rayon::current_num_threads();
-        let need = self.scratch_need(threads);
+        // Scratch is sized when a set is made (or the pool's size changed), not every run.
+        let scratch = || Scratch::new(self.scratch_need(threads), threads);
         Ok(match kept {
-            Some(b) if b.scratch.need().is_none() || b.scratch.threads() == threads => b,
+            Some(b) if b.threads == threads => b,
             Some(b) => RunBuffers {
                 tensors: b.tensors,
-                scratch: Scratch::new(need, threads),
+                scratch: scratch(),
+                threads,
             },
             None => RunBuffers {
                 tensors: std::iter::repeat_with(|| None)
                     .take(self.memory.buffer_bytes.len())
                     .collect(),
-                scratch: Scratch::new(need, threads),
+                scratch: scratch(),
+                threads,
             },
         })
     }
@@ -649,6 +654,7 @@ impl Plan {
         let RunBuffers {
             tensors: pool,
             scratch,
+            ..
         } = buffers;
         let mut vals: Vec<Option<Tensor>> = vec![None; self.slot_kind.len()];
         for (i, kind) in self.slot_kind.iter().enumerate() {
