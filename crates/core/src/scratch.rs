@@ -67,12 +67,18 @@ fn lines(bytes: usize) -> Vec<Line> {
     vec![Line::zeroed(); bytes.div_ceil(LINE)]
 }
 
+/// A region and its lock, alone on its cache line: workers take their own regions at every
+/// task, and locks side by side would bounce one line between their cores.
+#[derive(Default)]
+#[repr(align(64))]
+struct ThreadRegion(Mutex<Vec<Line>>);
+
 /// The scratch of one run of a plan: a shared region and one region per worker thread.
 #[derive(Default)]
 pub struct Scratch {
     need: ScratchNeed,
     shared: Mutex<Vec<Line>>,
-    threads: Vec<Mutex<Vec<Line>>>,
+    threads: Vec<ThreadRegion>,
 }
 
 impl std::fmt::Debug for Scratch {
@@ -93,7 +99,7 @@ impl Scratch {
             need,
             shared: Mutex::new(lines(need.shared)),
             threads: (0..per_thread)
-                .map(|_| Mutex::new(lines(need.per_thread)))
+                .map(|_| ThreadRegion(Mutex::new(lines(need.per_thread))))
                 .collect(),
         }
     }
@@ -128,7 +134,7 @@ impl Scratch {
     /// Runs `f` on the calling worker thread's region.
     pub fn with_thread<R>(&self, f: impl FnOnce(&mut Carve) -> R) -> R {
         let slot = rayon::current_thread_index().and_then(|i| self.threads.get(i));
-        match slot.map(|s| s.try_lock()) {
+        match slot.map(|s| s.0.try_lock()) {
             Some(Ok(mut region)) => f(&mut Carve::new(&mut region)),
             // Not a worker of the pool this scratch was made for, or a task nested on a
             // thread whose region is taken (a task that waited for rayon and ran another
