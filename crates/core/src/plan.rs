@@ -383,8 +383,6 @@ pub struct Plan {
 struct RunBuffers {
     tensors: Vec<Option<Storage>>,
     scratch: Scratch,
-    /// The workers `scratch` has regions for.
-    threads: usize,
 }
 
 impl Plan {
@@ -531,18 +529,16 @@ impl Plan {
         // Scratch is sized when a set is made (or the pool's size changed), not every run.
         let scratch = || Scratch::new(self.scratch_need(threads), threads);
         Ok(match kept {
-            Some(b) if b.threads == threads => b,
+            Some(b) if b.scratch.threads() == threads => b,
             Some(b) => RunBuffers {
                 tensors: b.tensors,
                 scratch: scratch(),
-                threads,
             },
             None => RunBuffers {
                 tensors: std::iter::repeat_with(|| None)
                     .take(self.memory.buffer_bytes.len())
                     .collect(),
                 scratch: scratch(),
-                threads,
             },
         })
     }
@@ -654,7 +650,6 @@ impl Plan {
         let RunBuffers {
             tensors: pool,
             scratch,
-            ..
         } = buffers;
         let mut vals: Vec<Option<Tensor>> = vec![None; self.slot_kind.len()];
         for (i, kind) in self.slot_kind.iter().enumerate() {
@@ -928,9 +923,9 @@ mod tests {
             &self,
             inputs: &[Option<&Tensor>],
             outputs: &mut [Tensor],
-            _scratch: &crate::scratch::Scratch,
+            scratch: &Scratch,
         ) -> OpResult<()> {
-            self.0.run(inputs, outputs, _scratch)
+            self.0.run(inputs, outputs, scratch)
         }
         fn name(&self) -> &str {
             "prepacking"
@@ -973,7 +968,7 @@ mod tests {
             &self,
             inputs: &[Option<&Tensor>],
             outputs: &mut [Tensor],
-            _scratch: &crate::scratch::Scratch,
+            _scratch: &Scratch,
         ) -> OpResult<()> {
             for (o, r) in outputs.iter_mut().zip(self.0.eval(inputs)?) {
                 o.bytes_mut().copy_from_slice(r.bytes());
@@ -995,7 +990,7 @@ mod tests {
             &self,
             inputs: &[Option<&Tensor>],
             outputs: &mut [Tensor],
-            _scratch: &crate::scratch::Scratch,
+            _scratch: &Scratch,
         ) -> OpResult<()> {
             let own = outputs[0].clone();
             let x = inputs[0].unwrap_or(&own);

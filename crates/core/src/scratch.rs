@@ -40,6 +40,22 @@ impl ScratchNeed {
         }
     }
 
+    /// `bytes` for the whole run only.
+    pub fn for_run(bytes: usize) -> ScratchNeed {
+        ScratchNeed {
+            shared: bytes,
+            per_thread: 0,
+        }
+    }
+
+    /// `bytes` for each worker thread only.
+    pub fn for_each_thread(bytes: usize) -> ScratchNeed {
+        ScratchNeed {
+            shared: 0,
+            per_thread: bytes,
+        }
+    }
+
     /// Whether there is none.
     pub fn is_none(&self) -> bool {
         self.shared == 0 && self.per_thread == 0
@@ -77,15 +93,17 @@ struct ThreadRegion(Mutex<Vec<Line>>);
 #[derive(Default)]
 pub struct Scratch {
     need: ScratchNeed,
+    /// The workers it was made for.
+    threads: usize,
     shared: Mutex<Vec<Line>>,
-    threads: Vec<ThreadRegion>,
+    regions: Vec<ThreadRegion>,
 }
 
 impl std::fmt::Debug for Scratch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scratch")
             .field("need", &self.need)
-            .field("threads", &self.threads.len())
+            .field("threads", &self.threads)
             .finish()
     }
 }
@@ -94,11 +112,12 @@ impl Scratch {
     /// Scratch for `need` with a region for each of `threads` workers (rayon's thread
     /// indices).
     pub fn new(need: ScratchNeed, threads: usize) -> Scratch {
-        let per_thread = if need.per_thread == 0 { 0 } else { threads };
+        let regions = if need.per_thread == 0 { 0 } else { threads };
         Scratch {
             need,
+            threads,
             shared: Mutex::new(lines(need.shared)),
-            threads: (0..per_thread)
+            regions: (0..regions)
                 .map(|_| ThreadRegion(Mutex::new(lines(need.per_thread))))
                 .collect(),
         }
@@ -110,14 +129,9 @@ impl Scratch {
         Scratch::new(need, rayon::current_num_threads())
     }
 
-    /// What this scratch was made for.
-    pub fn need(&self) -> ScratchNeed {
-        self.need
-    }
-
-    /// The workers it has regions for.
+    /// The workers it was made for.
     pub fn threads(&self) -> usize {
-        self.threads.len()
+        self.threads
     }
 
     /// Runs `f` on the shared region (the run's own, taken by the thread that runs the
@@ -133,7 +147,7 @@ impl Scratch {
 
     /// Runs `f` on the calling worker thread's region.
     pub fn with_thread<R>(&self, f: impl FnOnce(&mut Carve) -> R) -> R {
-        let slot = rayon::current_thread_index().and_then(|i| self.threads.get(i));
+        let slot = rayon::current_thread_index().and_then(|i| self.regions.get(i));
         match slot.map(|s| s.0.try_lock()) {
             Some(Ok(mut region)) => f(&mut Carve::new(&mut region)),
             // Not a worker of the pool this scratch was made for, or a task nested on a
