@@ -562,15 +562,16 @@ impl ConvKernel {
 }
 
 impl ConvKernel {
+    /// The depth of each product: a group's input channels times the kernel's taps.
+    fn kdim(&self) -> usize {
+        self.s.in_channels / self.s.group * self.geo.kernel.iter().product::<usize>()
+    }
+
     /// The run's split into tasks on `threads` workers.
     fn split(&self, threads: usize) -> ConvSplit {
-        let (group, mg, cg) = (
-            self.s.group,
-            self.s.out_channels / self.s.group,
-            self.s.in_channels / self.s.group,
-        );
+        let (group, mg) = (self.s.group, self.s.out_channels / self.s.group);
         let p_total: usize = self.geo.output.iter().product();
-        let kdim = cg * self.geo.kernel.iter().product::<usize>();
+        let kdim = self.kdim();
         // Column blocks: the im2col block fits in cache, and there are enough tasks to go round
         // (a multiple of the thread count, so the threads finish together).
         let threads = threads.max(1);
@@ -624,7 +625,7 @@ impl ConvKernel {
     /// The packing a task's product of `rows` output channels by `bp` pixels needs: B comes
     /// packed in the task's own block unless it is read in place.
     fn packing_for(&self, rows: usize, bp: usize) -> PackingFor {
-        let kdim = self.s.in_channels / self.s.group * self.geo.kernel.iter().product::<usize>();
+        let kdim = self.kdim();
         PackingFor::new(rows, kdim, bp)
             .a_packed(self.packed.is_some())
             .b_packed(!(self.pointwise || self.subsample))
@@ -636,7 +637,7 @@ impl ConvKernel {
         if self.pointwise || self.subsample {
             return (0, 0);
         }
-        let kdim = self.s.in_channels / self.s.group * self.geo.kernel.iter().product::<usize>();
+        let kdim = self.kdim();
         let npan = bp.div_ceil(NR);
         (
             kdim * npan * NR,
@@ -667,7 +668,7 @@ impl Kernel for ConvKernel {
         );
         let p_total: usize = self.geo.output.iter().product();
         let in_plane: usize = self.geo.input.iter().product();
-        let kdim = cg * self.geo.kernel.iter().product::<usize>();
+        let kdim = self.kdim();
         let w_in = match &self.packed {
             Some(_) => None,
             None => {

@@ -98,6 +98,14 @@ impl SendPtr {
 }
 
 impl ConvTransposeKernel {
+    /// What the product making `n_cols` columns of a band packs: W when it is not prepacked,
+    /// and the band's input.
+    fn packing_for(&self, n_cols: usize) -> PackingFor {
+        let s = &self.s;
+        let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
+        PackingFor::new(mg * ks, s.in_channels / s.group, n_cols).a_packed(self.packed.is_some())
+    }
+
     /// Input rows per band: their columns stay in L2.
     fn band_rows(&self) -> usize {
         let s = &self.s;
@@ -119,7 +127,7 @@ impl ConvTransposeKernel {
         hw: usize,
         col: &mut [f32],
         packs: Packs,
-    ) {
+    ) -> OpResult<()> {
         let s = &self.s;
         let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
         let a = match &self.packed {
@@ -149,9 +157,7 @@ impl ConvTransposeKernel {
         };
         assert!(col.len() >= mg * ks * n_cols && (cg == 0 || x.len() >= (cg - 1) * hw + n_cols));
         // SAFETY: col is a dense (mg * ks) x n_cols buffer owned here (asserted).
-        // The product's Result only reports scratch short of what the kernel declared, and
-        // serial packing takes none.
-        unsafe { prob.run(col.as_mut_ptr(), n_cols, Packing::Serial(packs)) }.ok();
+        unsafe { prob.run(col.as_mut_ptr(), n_cols, Packing::Serial(packs)) }
     }
 }
 
@@ -321,46 +327,42 @@ impl Kernel for ConvTransposeKernel {
                 // in the shared one.
                 let band = |b: usize, planes_parallel: bool, own: &mut Carve| -> OpResult<()> {
                     let rows = b * band_rows..((b + 1) * band_rows).min(ih);
-                    {
-                        let n_cols = rows.len() * iw;
-                        let col: &mut [f32] = own.take(mg * ks * n_cols)?;
-                        let product = PackingFor::new(mg * ks, cg, n_cols);
-                        let packs = Packs::carve(own, product.a_packed(self.packed.is_some()))?;
-                        let x = &xv[xs + rows.start * iw..xs + cg * hw];
-                        self.columns(g, cg, wv, x, n_cols, hw, col, packs);
-                        let owned = if disjoint {
-                            let at = |y: usize| {
-                                (y as i64 * s.strides[0] as i64 - s.pad_begin[0])
-                                    .clamp(0, oh as i64) as usize
-                            };
-                            let lo = if b == 0 { 0 } else { at(rows.start) };
-                            let hi = if b + 1 == bands { oh } else { at(rows.end) };
-                            Some(lo..hi)
-                        } else {
-                            None
+                    let n_cols = rows.len() * iw;
+                    let col: &mut [f32] = own.take(mg * ks * n_cols)?;
+                    let packs = Packs::carve(own, self.packing_for(n_cols))?;
+                    let x = &xv[xs + rows.start * iw..xs + cg * hw];
+                    self.columns(g, cg, wv, x, n_cols, hw, col, packs)?;
+                    let owned = if disjoint {
+                        let at = |y: usize| {
+                            (y as i64 * s.strides[0] as i64 - s.pad_begin[0]).clamp(0, oh as i64)
+                                as usize
                         };
-                        let plane = |(m, out): (usize, &mut [f32])| {
-                            self.scatter(
-                                col,
-                                m,
-                                rows.clone(),
-                                bias_g.map(|b| b[m]),
-                                owned.clone(),
-                                b == 0,
-                                out,
-                            )
-                        };
-                        // SAFETY: with `disjoint`, this band alone writes output rows `owned`
-                        // of each plane; otherwise bands run one after another and this call
-                        // alone writes the group's planes.
-                        let planes = unsafe {
-                            std::slice::from_raw_parts_mut(y_group.get(), mg * out_plane)
-                        };
-                        if planes_parallel {
-                            planes.par_chunks_mut(out_plane).enumerate().for_each(plane);
-                        } else {
-                            planes.chunks_mut(out_plane).enumerate().for_each(plane);
-                        }
+                        let lo = if b == 0 { 0 } else { at(rows.start) };
+                        let hi = if b + 1 == bands { oh } else { at(rows.end) };
+                        Some(lo..hi)
+                    } else {
+                        None
+                    };
+                    let plane = |(m, out): (usize, &mut [f32])| {
+                        self.scatter(
+                            col,
+                            m,
+                            rows.clone(),
+                            bias_g.map(|b| b[m]),
+                            owned.clone(),
+                            b == 0,
+                            out,
+                        )
+                    };
+                    // SAFETY: with `disjoint`, this band alone writes output rows `owned`
+                    // of each plane; otherwise bands run one after another and this call
+                    // alone writes the group's planes.
+                    let planes =
+                        unsafe { std::slice::from_raw_parts_mut(y_group.get(), mg * out_plane) };
+                    if planes_parallel {
+                        planes.par_chunks_mut(out_plane).enumerate().for_each(plane);
+                    } else {
+                        planes.chunks_mut(out_plane).enumerate().for_each(plane);
                     }
                     Ok(())
                 };
@@ -394,10 +396,7 @@ impl Kernel for ConvTransposeKernel {
         let s = &self.s;
         let (mg, ks) = (s.out_channels / s.group, s.kernel.iter().product::<usize>());
         let n_cols = self.band_rows() * s.input[1];
-        let band = bytes_for::<f32>(mg * ks * n_cols)
-            + PackingFor::new(mg * ks, s.in_channels / s.group, n_cols)
-                .a_packed(self.packed.is_some())
-                .bytes();
+        let band = bytes_for::<f32>(mg * ks * n_cols) + self.packing_for(n_cols).bytes();
         ScratchNeed {
             shared: band,
             per_thread: band,

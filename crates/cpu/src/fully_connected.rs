@@ -148,12 +148,8 @@ impl Kernel for FullyConnectedKernel {
     }
 
     fn scratch(&self, _threads: usize) -> ScratchNeed {
-        ScratchNeed {
-            shared: 0,
-            per_thread: PackingFor::new(self.m, self.k, self.n)
-                .b_packed(self.packed.is_some())
-                .bytes(),
-        }
+        let product = PackingFor::new(self.m, self.k, self.n).b_packed(self.packed.is_some());
+        ScratchNeed::for_each_thread(product.bytes())
     }
 
     fn name(&self) -> &str {

@@ -250,19 +250,10 @@ pub fn with_own_packing<R>(
     let product = PackingFor::new(m, k, n);
     let bytes = product.bytes();
     if parallel {
-        let scratch = Scratch::for_need(ScratchNeed {
-            shared: 0,
-            per_thread: bytes,
-        });
+        let scratch = Scratch::for_need(ScratchNeed::for_each_thread(bytes));
         f(Packing::Parallel(&scratch))
     } else {
-        let scratch = Scratch::new(
-            ScratchNeed {
-                shared: bytes,
-                per_thread: 0,
-            },
-            1,
-        );
+        let scratch = Scratch::new(ScratchNeed::for_run(bytes), 1);
         scratch.with_shared(|carve| f(Packing::Serial(Packs::carve(carve, product)?)))
     }
 }

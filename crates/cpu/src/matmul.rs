@@ -81,6 +81,13 @@ impl MatMulKernel {
     }
 }
 
+impl MatMulKernel {
+    /// What each product's packing needs: B comes prepacked when it is a constant.
+    fn packing_for(&self) -> PackingFor {
+        PackingFor::new(self.s.m, self.s.k, self.s.n).b_packed(self.packed_b.is_some())
+    }
+}
+
 impl Kernel for MatMulKernel {
     fn run(
         &self,
@@ -133,8 +140,7 @@ impl Kernel for MatMulKernel {
                 .zip(self.a_index.par_iter().zip(&self.b_index))
                 .try_for_each(|(out, (&ia, &ib))| {
                     scratch.with_thread(|carve| {
-                        let product = PackingFor::new(m, k, n).b_packed(self.packed_b.is_some());
-                        let packs = Packs::carve(carve, product)?;
+                        let packs = Packs::carve(carve, self.packing_for())?;
                         one(out, ia, ib, Packing::Serial(packs))
                     })
                 })
@@ -150,12 +156,7 @@ impl Kernel for MatMulKernel {
     }
 
     fn scratch(&self, _threads: usize) -> ScratchNeed {
-        ScratchNeed {
-            shared: 0,
-            per_thread: PackingFor::new(self.s.m, self.s.k, self.s.n)
-                .b_packed(self.packed_b.is_some())
-                .bytes(),
-        }
+        ScratchNeed::for_each_thread(self.packing_for().bytes())
     }
 
     fn prepacked_bytes(&self) -> usize {
@@ -347,12 +348,8 @@ impl Kernel for GemmKernel {
     }
 
     fn scratch(&self, _threads: usize) -> ScratchNeed {
-        ScratchNeed {
-            shared: 0,
-            per_thread: PackingFor::new(self.m, self.k, self.n)
-                .b_packed(self.packed_b.is_some())
-                .bytes(),
-        }
+        let product = PackingFor::new(self.m, self.k, self.n).b_packed(self.packed_b.is_some());
+        ScratchNeed::for_each_thread(product.bytes())
     }
 
     fn prepacked_bytes(&self) -> usize {

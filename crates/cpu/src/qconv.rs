@@ -272,7 +272,7 @@ impl QConvKernel {
         }
         // Columns per phase of an input row.
         let pcols = iw.div_ceil(sw);
-        let phases = &mut phases[..cg * ih * sw * pcols];
+        let phases = &mut phases[..self.phases_len(false)];
         let split = |(src, dst): (&[u8], &mut [u8])| {
             for (p, part) in dst.chunks_exact_mut(pcols).enumerate() {
                 for (d, &v) in part.iter_mut().zip(src[p.min(iw)..].iter().step_by(sw)) {
@@ -299,9 +299,8 @@ impl QConvKernel {
         let (sh, sw) = (geo.strides[0], geo.strides[1]);
         let (dh, dw) = (geo.dilations[0], geo.dilations[1]);
         let (ph, pw) = (geo.pad_begin[0], geo.pad_begin[1]);
-        let cg = self.s.in_channels / self.s.group;
         let n = (oy1 - oy0) * ow;
-        let buf = &mut buf[..cg * kh * kw * n];
+        let buf = &mut buf[..self.patch_len(false, n)];
         // An input row's length among the phases (the whole row when sw is 1).
         let pcols = iw.div_ceil(sw);
         let line = sw * pcols;
@@ -734,12 +733,11 @@ impl Kernel for QConvKernel {
             Strategy::Gemm { groups, pointwise } => {
                 let b = self.gemm_blocks(groups, *pointwise);
                 let n = b.per_block * b.unit;
-                ScratchNeed {
-                    shared: bytes_for::<u8>(self.patch_len(*pointwise, n))
+                ScratchNeed::for_run(
+                    bytes_for::<u8>(self.patch_len(*pointwise, n))
                         + bytes_for::<u8>(self.phases_len(*pointwise))
                         + Packed::scratch_bytes(Packed::panels_lens(self.path, b.k, n)),
-                    per_thread: 0,
-                }
+                )
             }
             Strategy::Depthwise(chunks) => {
                 let in_plane: usize = self.x_shape[2..].iter().product();
@@ -747,10 +745,7 @@ impl Kernel for QConvKernel {
                 let chunk = |c: &DepthwiseChunk| {
                     bytes_for::<f32>(c.count * in_plane) + bytes_for::<f32>(c.count * out_plane)
                 };
-                ScratchNeed {
-                    shared: 0,
-                    per_thread: chunks.iter().map(chunk).max().unwrap_or(0),
-                }
+                ScratchNeed::for_each_thread(chunks.iter().map(chunk).max().unwrap_or(0))
             }
         }
     }

@@ -351,7 +351,7 @@ impl QConvNhwcKernel {
                     Packed::gathered_rows(self.path, k, rows, x_flip, sums, storage, |i, buf| {
                         self.patch(x, first + i, buf)
                     })?;
-                let result = Product {
+                Product {
                     rows: &packed,
                     panels: weights,
                     rows_zero: Axis::All(x_zero),
@@ -369,8 +369,7 @@ impl QConvNhwcKernel {
                         hi,
                     },
                     streamed,
-                );
-                result
+                )
             })
         };
         let chunk = (per * m).max(1);
@@ -647,7 +646,7 @@ impl QConvNhwcKernel {
         let ow = self.s.geometry.output[1];
         // The AVX-512 bands sum in f32, exact up to 256 taps (see `avx512::depthwise_band`).
         #[cfg(target_arch = "x86_64")]
-        if self.isa.has_avx512() && wf.len() <= 256 * c.next_multiple_of(16) {
+        if self.avx512_bands(wf) {
             use crate::qgemm::SendPtr;
             let oh = self.s.geometry.output[0];
             op_ensure!(
@@ -711,6 +710,14 @@ impl QConvNhwcKernel {
             y.chunks_mut((ow * c).max(1)).enumerate().for_each(row);
         }
         Ok(())
+    }
+
+    /// Whether the depthwise convolution runs [`avx512::depthwise_band`]: the session has
+    /// AVX-512, and the f32 weights `wf` (`[taps][C rounded up to 16]`) have at most 256 taps,
+    /// below which the f32 sums stay exact.
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_bands(&self, wf: &[f32]) -> bool {
+        self.isa.has_avx512() && wf.len() <= 256 * self.s.out_channels.next_multiple_of(16)
     }
 
     /// Floats of one band of [`avx512::depthwise_band`] on `threads` workers: its padded input
@@ -875,70 +882,68 @@ mod avx512 {
         let left = g.pad_begin[1];
         // A band row: the padded input row's pixels, sixteen channels each.
         let row_len = width * 16;
-        {
-            // Every element is written below: zeros for the padding, the input for the rest.
-            // The band starts on a 64-byte line (scratch does), so that every pixel's
-            // sixteen channels are one line: loads spanning two lines cost this kernel about a
-            // third of its time.
-            let len = band_h * row_len;
-            assert!(buf.len() >= len && buf.as_ptr().align_offset(64) == 0);
-            let buf = &mut buf[..len];
-            let zero = _mm512_set1_epi32(k.x.zero[0]);
-            let (lo, hi) = range(k.y.signed);
-            let narrow = Narrow::new(k.y.zero[0], lo, hi);
-            let band = buf.as_ptr();
-            // Channel groups start at multiples of 16.
-            for c0 in (channels.start..channels.end.min(c)).step_by(16) {
-                let n = (c - c0).min(16);
-                let mask: __mmask16 = ((1u32 << n) - 1) as u16;
-                // The band's rows for these sixteen channels, contiguous: the output rows'
-                // sliding window of `kh` input rows stays in L1 as the rows go down.
-                for (r, dst) in buf.chunks_exact_mut(row_len).enumerate() {
-                    let iy = top + r as isize;
-                    if iy < 0 || iy >= ih as isize {
-                        dst.fill(0.0);
-                        continue;
-                    }
-                    dst[..left * 16].fill(0.0);
-                    dst[(left + iw) * 16..].fill(0.0);
-                    let src = image[iy as usize * iw * c..][..iw * c].as_ptr().add(c0);
-                    let d = dst.as_mut_ptr().add(left * 16);
-                    if k.x.signed {
-                        convert_row::<true>((src, c, mask, zero), iw, d);
-                    } else {
-                        convert_row::<false>((src, c, mask, zero), iw, d);
-                    }
+        // Every element is written below: zeros for the padding, the input for the rest.
+        // The band starts on a 64-byte line (scratch does), so that every pixel's
+        // sixteen channels are one line: loads spanning two lines cost this kernel about a
+        // third of its time.
+        let len = band_h * row_len;
+        assert!(buf.len() >= len && buf.as_ptr().align_offset(64) == 0);
+        let buf = &mut buf[..len];
+        let zero = _mm512_set1_epi32(k.x.zero[0]);
+        let (lo, hi) = range(k.y.signed);
+        let narrow = Narrow::new(k.y.zero[0], lo, hi);
+        let band = buf.as_ptr();
+        // Channel groups start at multiples of 16.
+        for c0 in (channels.start..channels.end.min(c)).step_by(16) {
+            let n = (c - c0).min(16);
+            let mask: __mmask16 = ((1u32 << n) - 1) as u16;
+            // The band's rows for these sixteen channels, contiguous: the output rows'
+            // sliding window of `kh` input rows stays in L1 as the rows go down.
+            for (r, dst) in buf.chunks_exact_mut(row_len).enumerate() {
+                let iy = top + r as isize;
+                if iy < 0 || iy >= ih as isize {
+                    dst.fill(0.0);
+                    continue;
                 }
-                let bias = _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0));
-                let ch = Channels {
-                    w_stride: cp,
-                    mask,
-                    bias,
-                    bias_in_sum: bias_in_sum.then(|| _mm512_cvtepi32_ps(bias)),
-                    scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
-                    w: w.as_ptr().add(c0),
-                };
-                for oy in 0..rows {
-                    let dst = out.add(oy * ow * c + c0);
-                    let row = band.add(oy * sh * row_len);
-                    let mut ox = 0;
-                    while ox + PIXELS <= ow {
-                        pixels::<PIXELS>(k, &ch, narrow, row, row_len, ox, dst);
-                        ox += PIXELS;
-                    }
-                    // The row's tail (7, 14 and 28 pixels wide layers are common) in blocks
-                    // of 4, 2 and 1.
-                    if ox + 4 <= ow {
-                        pixels::<4>(k, &ch, narrow, row, row_len, ox, dst);
-                        ox += 4;
-                    }
-                    if ox + 2 <= ow {
-                        pixels::<2>(k, &ch, narrow, row, row_len, ox, dst);
-                        ox += 2;
-                    }
-                    if ox < ow {
-                        pixels::<1>(k, &ch, narrow, row, row_len, ox, dst);
-                    }
+                dst[..left * 16].fill(0.0);
+                dst[(left + iw) * 16..].fill(0.0);
+                let src = image[iy as usize * iw * c..][..iw * c].as_ptr().add(c0);
+                let d = dst.as_mut_ptr().add(left * 16);
+                if k.x.signed {
+                    convert_row::<true>((src, c, mask, zero), iw, d);
+                } else {
+                    convert_row::<false>((src, c, mask, zero), iw, d);
+                }
+            }
+            let bias = _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0));
+            let ch = Channels {
+                w_stride: cp,
+                mask,
+                bias,
+                bias_in_sum: bias_in_sum.then(|| _mm512_cvtepi32_ps(bias)),
+                scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
+                w: w.as_ptr().add(c0),
+            };
+            for oy in 0..rows {
+                let dst = out.add(oy * ow * c + c0);
+                let row = band.add(oy * sh * row_len);
+                let mut ox = 0;
+                while ox + PIXELS <= ow {
+                    pixels::<PIXELS>(k, &ch, narrow, row, row_len, ox, dst);
+                    ox += PIXELS;
+                }
+                // The row's tail (7, 14 and 28 pixels wide layers are common) in blocks
+                // of 4, 2 and 1.
+                if ox + 4 <= ow {
+                    pixels::<4>(k, &ch, narrow, row, row_len, ox, dst);
+                    ox += 4;
+                }
+                if ox + 2 <= ow {
+                    pixels::<2>(k, &ch, narrow, row, row_len, ox, dst);
+                    ox += 2;
+                }
+                if ox < ow {
+                    pixels::<1>(k, &ch, narrow, row, row_len, ox, dst);
                 }
             }
         }
@@ -1075,22 +1080,13 @@ impl Kernel for QConvNhwcKernel {
             Strategy::Gemm { weights, .. } => {
                 let (per, _) = self.gemm_tasks(weights.k(), threads);
                 let lens = Packed::gathered_lens(self.path, weights.k(), per);
-                ScratchNeed {
-                    shared: 0,
-                    per_thread: Packed::scratch_bytes(lens),
-                }
+                ScratchNeed::for_each_thread(Packed::scratch_bytes(lens))
             }
             #[cfg(target_arch = "x86_64")]
-            Strategy::Depthwise { weights_f32, .. }
-                if self.isa.has_avx512()
-                    && weights_f32.len() <= 256 * self.s.out_channels.next_multiple_of(16) =>
-            {
-                ScratchNeed {
-                    shared: 0,
-                    per_thread: ferrolite_core::scratch::bytes_for::<f32>(
-                        self.band_floats(threads),
-                    ),
-                }
+            Strategy::Depthwise { weights_f32, .. } if self.avx512_bands(weights_f32) => {
+                ScratchNeed::for_each_thread(ferrolite_core::scratch::bytes_for::<f32>(
+                    self.band_floats(threads),
+                ))
             }
             Strategy::Depthwise { .. } => ScratchNeed::NONE,
         }

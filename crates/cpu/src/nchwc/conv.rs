@@ -423,10 +423,7 @@ impl Kernel for ConvKernel {
         } else {
             0
         };
-        ScratchNeed {
-            shared: bytes_for::<f32>(padded),
-            per_thread: 0,
-        }
+        ScratchNeed::for_run(bytes_for::<f32>(padded))
     }
 
     fn prepacked_bytes(&self) -> usize {

@@ -1091,13 +1091,11 @@ impl Kernel for DepthwiseKernel {
     }
 
     fn scratch(&self, _threads: usize) -> ScratchNeed {
-        ScratchNeed {
-            shared: 0,
-            per_thread: self
-                .bands
-                .as_ref()
-                .map_or(0, |b| bytes_for::<f32>(b.copy_len())),
-        }
+        let copy = self
+            .bands
+            .as_ref()
+            .map_or(0, |b| bytes_for::<f32>(b.copy_len()));
+        ScratchNeed::for_each_thread(copy)
     }
 
     fn prepacked_bytes(&self) -> usize {

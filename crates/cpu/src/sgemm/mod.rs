@@ -405,171 +405,165 @@ impl Problem<'_> {
             }
             return;
         }
-        {
-            let Packs { a: abuf, b: bbuf } = packs;
-            let (mp, np) = (self.m.div_ceil(MR), self.n.div_ceil(NR));
-            // Column blocks bound the B this call packs; a prepacked B needs none, and one
-            // block packs A once instead of once per block (fully connected layers).
-            let nc_step = match (self.b, self.a) {
-                (Src::Packed(_), Src::Strided { .. }) => (n1 - n0).max(1),
-                _ => NC,
-            };
-            for jc in (n0..n1).step_by(nc_step) {
-                let nc = nc_step.min(n1 - jc);
-                let npan = nc.div_ceil(NR);
-                for pc in (0..self.k).step_by(KC) {
-                    let kc = KC.min(self.k - pc);
-                    // Row-major B with a short k: the microkernel reads full panels in place
-                    // (rows rs apart); packing would cost about as much as the product.
-                    let in_place = match self.b {
-                        Src::Strided { data, rs, cs: 1 }
-                            if (self.k <= SMALL_K || self.m <= FEW_ROWS) && nc >= NR =>
-                        {
-                            Some((&data[pc * rs + jc..], rs))
-                        }
-                        _ => None,
-                    };
-                    let bp: &[f32] = match self.b {
-                        _ if in_place.is_some() => {
-                            // Only the partial last panel is packed.
-                            let full = nc / NR;
-                            let bbuf = &mut bbuf[..kc * NR];
-                            if full * NR < nc {
-                                let j = jc + full * NR;
-                                if let Src::Strided { data, rs, .. } = self.b {
-                                    pack_panel(data, 1, rs, j, nc - full * NR, NR, pc, kc, bbuf);
-                                }
+        let Packs { a: abuf, b: bbuf } = packs;
+        let (mp, np) = (self.m.div_ceil(MR), self.n.div_ceil(NR));
+        // Column blocks bound the B this call packs; a prepacked B needs none, and one
+        // block packs A once instead of once per block (fully connected layers).
+        let nc_step = match (self.b, self.a) {
+            (Src::Packed(_), Src::Strided { .. }) => (n1 - n0).max(1),
+            _ => NC,
+        };
+        for jc in (n0..n1).step_by(nc_step) {
+            let nc = nc_step.min(n1 - jc);
+            let npan = nc.div_ceil(NR);
+            for pc in (0..self.k).step_by(KC) {
+                let kc = KC.min(self.k - pc);
+                // Row-major B with a short k: the microkernel reads full panels in place
+                // (rows rs apart); packing would cost about as much as the product.
+                let in_place = match self.b {
+                    Src::Strided { data, rs, cs: 1 }
+                        if (self.k <= SMALL_K || self.m <= FEW_ROWS) && nc >= NR =>
+                    {
+                        Some((&data[pc * rs + jc..], rs))
+                    }
+                    _ => None,
+                };
+                let bp: &[f32] = match self.b {
+                    _ if in_place.is_some() => {
+                        // Only the partial last panel is packed.
+                        let full = nc / NR;
+                        let bbuf = &mut bbuf[..kc * NR];
+                        if full * NR < nc {
+                            let j = jc + full * NR;
+                            if let Src::Strided { data, rs, .. } = self.b {
+                                pack_panel(data, 1, rs, j, nc - full * NR, NR, pc, kc, bbuf);
                             }
-                            bbuf
                         }
+                        bbuf
+                    }
+                    Src::Packed(d) => &d[pc * np * NR + (jc / NR) * kc * NR..][..npan * kc * NR],
+                    Src::Strided { data, rs, cs: 1 } if nc >= NR => {
+                        // Row-major B: read each row sequentially across all panels.
+                        let bbuf = &mut bbuf[..npan * kc * NR];
+                        let full = nc / NR;
+                        for p in 0..kc {
+                            let row = &data[(pc + p) * rs + jc..][..nc];
+                            for (jp, src) in row.chunks_exact(NR).enumerate() {
+                                let src: &[f32; NR] = src.try_into().expect("NR values");
+                                bbuf[jp * kc * NR + p * NR..][..NR].copy_from_slice(src);
+                            }
+                            if full < npan {
+                                let d = &mut bbuf[full * kc * NR + p * NR..][..NR];
+                                let rest = &row[full * NR..];
+                                d[..rest.len()].copy_from_slice(rest);
+                                d[rest.len()..].fill(0.0);
+                            }
+                        }
+                        bbuf
+                    }
+                    Src::Strided { data, rs, cs } => {
+                        let bbuf = &mut bbuf[..npan * kc * NR];
+                        for jp in 0..npan {
+                            let j = jc + jp * NR;
+                            let dst = &mut bbuf[jp * kc * NR..];
+                            pack_panel(data, cs, rs, j, NR.min(n1 - j), NR, pc, kc, dst);
+                        }
+                        bbuf
+                    }
+                };
+                let first = pc == 0;
+                let last = pc + kc == self.k;
+                for ic in (m0..m1).step_by(MC) {
+                    let mc = MC.min(m1 - ic);
+                    let mpan = mc.div_ceil(MR);
+                    let ap: &[f32] = match self.a {
                         Src::Packed(d) => {
-                            &d[pc * np * NR + (jc / NR) * kc * NR..][..npan * kc * NR]
-                        }
-                        Src::Strided { data, rs, cs: 1 } if nc >= NR => {
-                            // Row-major B: read each row sequentially across all panels.
-                            let bbuf = &mut bbuf[..npan * kc * NR];
-                            let full = nc / NR;
-                            for p in 0..kc {
-                                let row = &data[(pc + p) * rs + jc..][..nc];
-                                for (jp, src) in row.chunks_exact(NR).enumerate() {
-                                    let src: &[f32; NR] = src.try_into().expect("NR values");
-                                    bbuf[jp * kc * NR + p * NR..][..NR].copy_from_slice(src);
-                                }
-                                if full < npan {
-                                    let d = &mut bbuf[full * kc * NR + p * NR..][..NR];
-                                    let rest = &row[full * NR..];
-                                    d[..rest.len()].copy_from_slice(rest);
-                                    d[rest.len()..].fill(0.0);
-                                }
-                            }
-                            bbuf
+                            &d[pc * mp * MR + (ic / MR) * kc * MR..][..mpan * kc * MR]
                         }
                         Src::Strided { data, rs, cs } => {
-                            let bbuf = &mut bbuf[..npan * kc * NR];
-                            for jp in 0..npan {
-                                let j = jc + jp * NR;
-                                let dst = &mut bbuf[jp * kc * NR..];
-                                pack_panel(data, cs, rs, j, NR.min(n1 - j), NR, pc, kc, dst);
+                            let abuf = &mut abuf[..mpan * kc * MR];
+                            for ip in 0..mpan {
+                                let i = ic + ip * MR;
+                                let dst = &mut abuf[ip * kc * MR..];
+                                pack_panel(data, rs, cs, i, MR.min(m1 - i), MR, pc, kc, dst);
                             }
-                            bbuf
+                            abuf
                         }
                     };
-                    let first = pc == 0;
-                    let last = pc + kc == self.k;
-                    for ic in (m0..m1).step_by(MC) {
-                        let mc = MC.min(m1 - ic);
-                        let mpan = mc.div_ceil(MR);
-                        let ap: &[f32] = match self.a {
-                            Src::Packed(d) => {
-                                &d[pc * mp * MR + (ic / MR) * kc * MR..][..mpan * kc * MR]
-                            }
-                            Src::Strided { data, rs, cs } => {
-                                let abuf = &mut abuf[..mpan * kc * MR];
-                                for ip in 0..mpan {
-                                    let i = ic + ip * MR;
-                                    let dst = &mut abuf[ip * kc * MR..];
-                                    pack_panel(data, rs, cs, i, MR.min(m1 - i), MR, pc, kc, dst);
-                                }
-                                abuf
-                            }
+                    if self.k <= SMALL_K {
+                        // Short k: tiles row by row. A column of tiles would store into
+                        // every row of C at once, more streams than the prefetchers
+                        // follow; a row of tiles stores along MR rows.
+                        let full = nc / NR;
+                        // Full panels: kc rows bs apart, panel after panel step apart;
+                        // the partial last panel is packed in both cases, at `partial`.
+                        let (b, bs, step, partial) = match in_place {
+                            Some((d, rs)) => (&d[..(kc - 1) * rs + full * NR], rs, NR, 0),
+                            None => (&bp[..full * kc * NR], NR, kc * NR, full * kc * NR),
                         };
-                        if self.k <= SMALL_K {
-                            // Short k: tiles row by row. A column of tiles would store into
-                            // every row of C at once, more streams than the prefetchers
-                            // follow; a row of tiles stores along MR rows.
-                            let full = nc / NR;
-                            // Full panels: kc rows bs apart, panel after panel step apart;
-                            // the partial last panel is packed in both cases, at `partial`.
-                            let (b, bs, step, partial) = match in_place {
-                                Some((d, rs)) => (&d[..(kc - 1) * rs + full * NR], rs, NR, 0),
-                                None => (&bp[..full * kc * NR], NR, kc * NR, full * kc * NR),
+                        for (ip, i) in (ic..ic + mc).step_by(MR).enumerate() {
+                            let apanel = &ap[ip * kc * MR..][..kc * MR];
+                            let mr = MR.min(ic + mc - i);
+                            let e = self.epi(i, jc, first, last);
+                            // SAFETY: tiles of rows i..i + mr, columns jc..jc + nc, in the
+                            // block the caller vouches for; b holds the full panels.
+                            unsafe {
+                                let ct = c.add(i * rsc + jc);
+                                self.row(apanel, kc, b, bs, step, full, ct, rsc, mr, &e)
                             };
-                            for (ip, i) in (ic..ic + mc).step_by(MR).enumerate() {
-                                let apanel = &ap[ip * kc * MR..][..kc * MR];
-                                let mr = MR.min(ic + mc - i);
-                                let e = self.epi(i, jc, first, last);
-                                // SAFETY: tiles of rows i..i + mr, columns jc..jc + nc, in the
-                                // block the caller vouches for; b holds the full panels.
+                            if full < npan {
+                                let j = jc + full * NR;
+                                let e = self.epi(i, j, first, last);
+                                // SAFETY: the partial tile of those rows at column j;
+                                // bpart holds its packed kc rows.
                                 unsafe {
-                                    let ct = c.add(i * rsc + jc);
-                                    self.row(apanel, kc, b, bs, step, full, ct, rsc, mr, &e)
+                                    let ct = c.add(i * rsc + j);
+                                    let bpart = &bp[partial..][..kc * NR];
+                                    self.column(apanel, kc, bpart, NR, ct, rsc, mr, n1 - j, &e)
                                 };
-                                if full < npan {
-                                    let j = jc + full * NR;
-                                    let e = self.epi(i, j, first, last);
-                                    // SAFETY: the partial tile of those rows at column j;
-                                    // bpart holds its packed kc rows.
-                                    unsafe {
-                                        let ct = c.add(i * rsc + j);
-                                        let bpart = &bp[partial..][..kc * NR];
-                                        self.column(apanel, kc, bpart, NR, ct, rsc, mr, n1 - j, &e)
-                                    };
-                                }
                             }
-                            continue;
                         }
-                        let mut jp = 0;
-                        while jp < npan {
-                            let j = jc + jp * NR;
-                            let nr = NR.min(n1 - j);
-                            #[cfg(target_arch = "x86_64")]
-                            if self.isa == Isa::Avx512 && n1 - j >= 2 * NR {
-                                // Two full B panels side by side: one 6 x 32 tile per A panel.
-                                let (b0, b1, bs) = match in_place {
-                                    Some((d, rs)) => (&d[jp * NR..], &d[(jp + 1) * NR..], rs),
-                                    None => (&bp[jp * kc * NR..], &bp[(jp + 1) * kc * NR..], NR),
-                                };
-                                debug_assert!(b1.len() >= (kc - 1) * bs + NR);
-                                let e = self.epi(ic, j, first, last);
-                                // SAFETY: Avx512 is only chosen on CPUs with AVX-512F, AVX2
-                                // and FMA; the tiles of rows ic..ic + mc, columns j..j + 2 NR
-                                // lie in the block the caller vouches for; ap holds mpan
-                                // panels of kc steps, b0 and b1 kc rows each.
-                                unsafe {
-                                    let ct = c.add(ic * rsc + j);
-                                    let (b0, b1) = (b0.as_ptr(), b1.as_ptr());
-                                    avx512::column2(kc, ap.as_ptr(), mc, b0, b1, bs, ct, rsc, &e)
-                                };
-                                jp += 2;
-                                continue;
-                            }
-                            let (bpanel, bs) = match in_place {
-                                Some((d, rs)) if nr == NR => {
-                                    (&d[jp * NR..][..(kc - 1) * rs + NR], rs)
-                                }
-                                Some(_) => (&bp[..kc * NR], NR),
-                                None => (&bp[jp * kc * NR..][..kc * NR], NR),
+                        continue;
+                    }
+                    let mut jp = 0;
+                    while jp < npan {
+                        let j = jc + jp * NR;
+                        let nr = NR.min(n1 - j);
+                        #[cfg(target_arch = "x86_64")]
+                        if self.isa == Isa::Avx512 && n1 - j >= 2 * NR {
+                            // Two full B panels side by side: one 6 x 32 tile per A panel.
+                            let (b0, b1, bs) = match in_place {
+                                Some((d, rs)) => (&d[jp * NR..], &d[(jp + 1) * NR..], rs),
+                                None => (&bp[jp * kc * NR..], &bp[(jp + 1) * kc * NR..], NR),
                             };
+                            debug_assert!(b1.len() >= (kc - 1) * bs + NR);
                             let e = self.epi(ic, j, first, last);
-                            // SAFETY: the tiles of rows ic..ic + mc, columns j..j + nr lie in
-                            // the block the caller vouches for; ap holds mpan panels of kc
-                            // steps, bpanel kc rows.
+                            // SAFETY: Avx512 is only chosen on CPUs with AVX-512F, AVX2
+                            // and FMA; the tiles of rows ic..ic + mc, columns j..j + 2 NR
+                            // lie in the block the caller vouches for; ap holds mpan
+                            // panels of kc steps, b0 and b1 kc rows each.
                             unsafe {
                                 let ct = c.add(ic * rsc + j);
-                                self.column(ap, kc, bpanel, bs, ct, rsc, mc, nr, &e)
-                            }
-                            jp += 1;
+                                let (b0, b1) = (b0.as_ptr(), b1.as_ptr());
+                                avx512::column2(kc, ap.as_ptr(), mc, b0, b1, bs, ct, rsc, &e)
+                            };
+                            jp += 2;
+                            continue;
                         }
+                        let (bpanel, bs) = match in_place {
+                            Some((d, rs)) if nr == NR => (&d[jp * NR..][..(kc - 1) * rs + NR], rs),
+                            Some(_) => (&bp[..kc * NR], NR),
+                            None => (&bp[jp * kc * NR..][..kc * NR], NR),
+                        };
+                        let e = self.epi(ic, j, first, last);
+                        // SAFETY: the tiles of rows ic..ic + mc, columns j..j + nr lie in
+                        // the block the caller vouches for; ap holds mpan panels of kc
+                        // steps, bpanel kc rows.
+                        unsafe {
+                            let ct = c.add(ic * rsc + j);
+                            self.column(ap, kc, bpanel, bs, ct, rsc, mc, nr, &e)
+                        }
+                        jp += 1;
                     }
                 }
             }
