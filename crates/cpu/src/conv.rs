@@ -7,9 +7,10 @@
 //! Output columns are processed in blocks so the im2col buffer stays in cache.
 
 use crate::backend::{built, constant, shape, Registry, Req};
-use crate::fast::f32_shape;
 use crate::gemm::{packed_bytes, PackedMatrix, PackingFor, Packs, Side};
+use crate::kernel_io::f32_shape;
 use crate::sgemm::{Problem, SendPtr, Src, KC, MR, NR};
+use crate::split::{self, Cost};
 use crate::stride2;
 use crate::winograd::WinogradKernel;
 use crate::Sgemm;
@@ -19,7 +20,6 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
-use rayon::prelude::*;
 
 /// im2col buffer budget per task, in elements (about 512 KB).
 const BLOCK_ELEMS: usize = 1 << 17;
@@ -287,6 +287,8 @@ impl PhasePlanes {
 /// channels.
 struct ConvSplit {
     par: bool,
+    /// The threads the run is worth ([`split::workers`]).
+    workers: usize,
     nblocks: usize,
     bp: usize,
     msplit: usize,
@@ -580,7 +582,10 @@ impl ConvKernel {
         let mut nblocks = p_total.div_ceil((budget / kdim.max(1)).max(4 * NR));
         let pairs = self.s.batch * group;
         let flops = 2 * mg * kdim * p_total * pairs;
-        let par = threads > 1 && flops >= 1 << 19;
+        // The threads the work is worth; the blocks and row splits below are for them.
+        let workers = split::workers(Cost::flops(flops), threads);
+        let par = workers > 1;
+        let threads = workers;
         if par && pairs < threads {
             let want = threads.div_ceil(pairs);
             nblocks = nblocks.div_ceil(want) * want;
@@ -601,6 +606,7 @@ impl ConvKernel {
         let tasks = pairs * nblocks * msplit;
         ConvSplit {
             par,
+            workers,
             nblocks,
             bp,
             msplit,
@@ -708,12 +714,13 @@ impl Kernel for ConvKernel {
         let [_, _, ow] = self.geo.output;
         let ConvSplit {
             par,
+            workers,
             nblocks,
             bp,
             msplit,
             mchunk,
             tasks,
-        } = self.split(rayon::current_num_threads());
+        } = self.split(split::threads());
         let (pairs, direct_b) = (self.s.batch * group, self.pointwise || self.subsample);
         let yp = SendPtr(yv.as_mut_ptr());
         scratch.with_shared(|shared| -> OpResult<()> {
@@ -729,8 +736,11 @@ impl Kernel for ConvKernel {
                     let (n, g) = (pair / group, pair % group);
                     let x = &xv[(n * self.s.in_channels + g * cg) * in_plane..][..cg * in_plane];
                     if par && cg > 1 {
-                        let xs = x.par_chunks_exact(in_plane);
-                        xs.zip(xp.par_chunks_exact_mut(per_c)).for_each(channel);
+                        split::row_chunks(xp, per_c, workers, |c0, xp| {
+                            let x = &x[c0 * in_plane..][..xp.len() / per_c.max(1) * in_plane];
+                            let pairs = x.chunks_exact(in_plane).zip(xp.chunks_exact_mut(per_c));
+                            pairs.for_each(channel);
+                        });
                     } else {
                         f.fill(x, [ih, iw], pad, xp);
                     }
@@ -749,13 +759,10 @@ impl Kernel for ConvKernel {
                         gather_strided(self.gemm.isa, out, row, sw);
                     }
                 };
-                if par {
-                    let src = xv.par_chunks_exact(ih * iw);
-                    src.zip(dst.par_chunks_exact_mut(p_total)).for_each(plane);
-                } else {
-                    let src = xv.chunks_exact(ih * iw);
+                split::row_chunks(dst, p_total, workers, |first, dst| {
+                    let src = xv[first * ih * iw..].chunks_exact(ih * iw);
                     src.zip(dst.chunks_exact_mut(p_total)).for_each(plane);
-                }
+                });
             }
             let planes: &[f32] = planes;
             let (xv, in_plane) = match self.subsample {
@@ -825,11 +832,7 @@ impl Kernel for ConvKernel {
                     Ok(())
                 })
             };
-            if par && tasks > 1 {
-                (0..tasks).into_par_iter().try_for_each(task)
-            } else {
-                (0..tasks).try_for_each(task)
-            }
+            split::try_for_each_task(tasks, par, task)
         })
     }
 

@@ -3,9 +3,10 @@
 //! is added to the output position it lands on; bias and activation follow in one pass.
 
 use crate::backend::{built, constant, Registry};
-use crate::fast::f32_shape;
 use crate::gemm::{packed_bytes, Gemm, MatRef, PackedMatrix, Packing, PackingFor, Packs, Side};
+use crate::kernel_io::f32_shape;
 use crate::sgemm::{Problem, Src};
+use crate::split::{self, Cost};
 use crate::Sgemm;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
@@ -14,7 +15,6 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
-use rayon::prelude::*;
 
 #[derive(Debug)]
 pub struct ConvTransposeKernel {
@@ -316,7 +316,13 @@ impl Kernel for ConvTransposeKernel {
         let disjoint = (kh - 1) * s.dilations[0] < s.strides[0];
         let band_rows = self.band_rows();
         let bands = ih.div_ceil(band_rows);
-        let parallel = rayon::current_num_threads() > 1;
+        // Per group: the columns' product, then scattering them into the planes.
+        let cost = Cost {
+            flops: 2 * mg * ks * cg * hw,
+            bytes: 2 * mg * out_plane * size_of::<f32>(),
+        };
+        let workers = split::worth(cost);
+        let parallel = workers > 1;
         for n in 0..s.batch {
             for g in 0..s.group {
                 let xs = (n * s.in_channels + g * cg) * hw;
@@ -359,17 +365,14 @@ impl Kernel for ConvTransposeKernel {
                     // alone writes the group's planes.
                     let planes =
                         unsafe { std::slice::from_raw_parts_mut(y_group.get(), mg * out_plane) };
-                    if planes_parallel {
-                        planes.par_chunks_mut(out_plane).enumerate().for_each(plane);
-                    } else {
-                        planes.chunks_mut(out_plane).enumerate().for_each(plane);
-                    }
+                    let on = if planes_parallel { workers } else { 1 };
+                    split::for_rows(planes, out_plane, on, |m, out| plane((m, out)));
                     Ok(())
                 };
                 if disjoint && parallel && bands > 1 {
-                    (0..bands)
-                        .into_par_iter()
-                        .try_for_each(|b| scratch.with_thread(|own| band(b, false, own)))?;
+                    split::try_for_each_task(bands, true, |b| {
+                        scratch.with_thread(|own| band(b, false, own))
+                    })?;
                 } else {
                     (0..bands).try_for_each(|b| {
                         scratch.with_shared(|own| band(b, parallel && !disjoint, own))
@@ -378,7 +381,7 @@ impl Kernel for ConvTransposeKernel {
                 if !disjoint {
                     // The bands added into the planes; the activation follows.
                     let planes = &mut yv[ys..ys + mg * out_plane];
-                    planes.par_chunks_mut(out_plane).for_each(|p| {
+                    split::for_rows(planes, out_plane, workers, |_, p| {
                         crate::nchwc::activate_row(self.gemm.isa, self.activation, p)
                     });
                 }

@@ -10,12 +10,12 @@
 //! weights repacked as `[taps][8]` per block of 8 channels.
 
 use crate::sgemm::{activate, Isa};
+use crate::split::{self, Cost};
 use crate::stride2;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
-use rayon::prelude::*;
 
 /// Geometry of one plane.
 #[derive(Clone, Copy, Debug)]
@@ -744,19 +744,16 @@ impl DepthwiseKernel {
                 _ => plane::<false>(isa, &p, x, w, b, act, out, scratch),
             }
         };
-        // About 64K multiply-adds per task.
-        let min_len = (65536 / (out_plane * taps).max(1)).max(1);
-        if rayon::current_num_threads() > 1 && yv.len() * taps >= 1 << 14 {
-            yv.par_chunks_mut(out_plane)
-                .enumerate()
-                .with_min_len(min_len)
-                .for_each_init(|| PlaneScratch::new(&p), one);
-        } else {
+        let cost = Cost {
+            flops: 2 * yv.len() * taps,
+            bytes: (xv.len() + yv.len()) * size_of::<f32>(),
+        };
+        split::row_chunks(yv, out_plane, split::worth(cost), |first, ys| {
             let mut scratch = PlaneScratch::new(&p);
-            yv.chunks_mut(out_plane)
-                .enumerate()
-                .for_each(|t| one(&mut scratch, t));
-        }
+            for (i, out) in ys.chunks_mut(out_plane.max(1)).enumerate() {
+                one(&mut scratch, (first + i, out));
+            }
+        });
         Ok(())
     }
 }
@@ -787,27 +784,26 @@ impl DepthwiseKernel {
             }
         };
         // Each batch item's planes split into blocks of 8 (the last may be short).
-        let tasks = yv
+        let cost = Cost {
+            flops: 2 * yv.len() * taps,
+            bytes: (xv.len() + yv.len()) * size_of::<f32>(),
+        };
+        let mut blocks: Vec<_> = yv
             .chunks_mut(c * out_plane)
             .enumerate()
             .flat_map(|(n, yn)| {
                 yn.chunks_mut(LANES * out_plane)
                     .enumerate()
                     .map(move |(b, y)| (n, b, y))
-            });
-        let work = (self.batch * c * out_plane).saturating_mul(taps);
-        if rayon::current_num_threads() > 1 && work >= 1 << 14 {
-            // About 64K multiply-adds per task.
-            let min_len = (65536 / (LANES * out_plane * taps).max(1)).max(1);
-            tasks
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .with_min_len(min_len)
-                .for_each_init(Vec::new, one);
-        } else {
+            })
+            .collect();
+        let tasks = split::cut(blocks.len(), 1, split::worth(cost), split::BALANCE);
+        split::chunks(&mut blocks, tasks, |_, mine| {
             let mut buf = Vec::new();
-            tasks.for_each(|t| one(&mut buf, t));
-        }
+            for (n, b, y) in mine.iter_mut() {
+                one(&mut buf, (*n, *b, &mut **y));
+            }
+        });
     }
 }
 

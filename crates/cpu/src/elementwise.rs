@@ -6,11 +6,10 @@
 //! autovectorise.
 
 use crate::backend::{Built, Registry, Req};
-use crate::fast::{
-    f32_shape, for_chunks, in_place_steps, input, output, try_for_chunks, IN_PLACE_STEP,
-};
 use crate::isa::Isa;
+use crate::kernel_io::{f32_shape, in_place_steps, input, output, IN_PLACE_STEP};
 use crate::math;
+use crate::split;
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::clip::Clip;
 use ferrolite_core::ops::elementwise::unary::{Unary, UnaryKind};
@@ -425,7 +424,7 @@ impl Kernel for BinaryKernel {
             // In place over A, which has the output's shape: A's element i is y[i].
             let inner = self.inner;
             let work = if self.op == BinOp::Pow { 8 } else { 1 };
-            return try_for_chunks(y, IN_PLACE_STEP, work, |start, chunk| {
+            return split::try_for_chunks(y, IN_PLACE_STEP, work, |start, chunk| {
                 let mut result = Ok(());
                 in_place_steps(chunk, |off, src, dst| {
                     let (mut pos, end) = (start + off, start + off + dst.len());
@@ -453,7 +452,7 @@ impl Kernel for BinaryKernel {
         let a = input(inputs, 0, &self.a_shape)?;
         let inner = self.inner;
         let work = if self.op == BinOp::Pow { 8 } else { 1 };
-        try_for_chunks(y, 1, work, |start, chunk| {
+        split::try_for_chunks(y, 1, work, |start, chunk| {
             let end = start + chunk.len();
             let mut pos = start;
             while pos < end {
@@ -632,14 +631,14 @@ impl Kernel for UnaryKernel {
         if inputs.first().copied().flatten().is_none() {
             // In place: the output holds the input.
             let y = output(outputs, 0, self.shape.iter().product())?;
-            for_chunks(y, IN_PLACE_STEP, self.work, |_, c| {
+            split::for_chunks(y, IN_PLACE_STEP, self.work, |_, c| {
                 in_place_steps(c, |_, src, dst| apply_unary(isa, kind, src, dst))
             });
             return Ok(());
         }
         let x = input(inputs, 0, &self.shape)?;
         let y = output(outputs, 0, x.len())?;
-        for_chunks(y, 1, self.work, |s, c| {
+        split::for_chunks(y, 1, self.work, |s, c| {
             apply_unary(isa, kind, &x[s..s + c.len()], c)
         });
         Ok(())
@@ -723,14 +722,14 @@ impl Kernel for ClipKernel {
         if inputs.first().copied().flatten().is_none() {
             // In place: the output holds the input.
             let y = output(outputs, 0, self.shape.iter().product())?;
-            for_chunks(y, IN_PLACE_STEP, 1, |_, c| {
+            split::for_chunks(y, IN_PLACE_STEP, 1, |_, c| {
                 in_place_steps(c, |_, src, dst| clip(self.isa, lo, hi, src, dst))
             });
             return Ok(());
         }
         let x = input(inputs, 0, &self.shape)?;
         let y = output(outputs, 0, x.len())?;
-        for_chunks(y, 1, 1, |s, c| {
+        split::for_chunks(y, 1, 1, |s, c| {
             clip(self.isa, lo, hi, &x[s..s + c.len()], c)
         });
         Ok(())

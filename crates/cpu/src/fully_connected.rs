@@ -2,10 +2,10 @@
 //! a constant W is packed once; bias and activation go into the GEMM's epilogue.
 
 use crate::backend::{built, constant, shape, Registry};
-use crate::fast::f32_shape;
 use crate::gemm::{
     Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing, PackingFor, Sgemm, Side,
 };
+use crate::kernel_io::f32_shape;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::fully_connected::fc_dims;

@@ -3,8 +3,9 @@
 //! one ISA a session picks ([`Isa`]), plus the CPU's own passes (the blocked NCHWc layout).
 //! Anything no kernel takes runs its reference implementation.
 //!
-//! Kernels parallelise with plain rayon calls; the session runs plans inside its own rayon
-//! thread pool, which sets the thread count.
+//! Kernels spread their work over threads through one splitter (`split.rs`), which weighs a
+//! run's cost against the thread count; the session runs plans inside its own rayon thread
+//! pool, which sets that count.
 
 // The SIMD kernels are x86_64-only so far: elsewhere the ISA arguments that pick them, and the
 // fields and helpers only they read, go unused (the NEON kernels will use them).
@@ -44,10 +45,10 @@ pub mod conv;
 pub mod conv_transpose;
 pub mod depthwise;
 mod elementwise;
-mod fast;
 pub mod fully_connected;
 pub mod gemm;
 pub mod isa;
+mod kernel_io;
 #[cfg(feature = "analysis")]
 mod layout_nhwc;
 #[cfg(feature = "analysis")]
@@ -70,6 +71,7 @@ mod reduce;
 mod resize;
 pub mod sgemm;
 mod softmax;
+mod split;
 mod stride2;
 pub mod winograd;
 

@@ -3,11 +3,12 @@
 //! The GEMM splits large products over the threads; many small batches go in parallel.
 
 use crate::backend::{built, constant, shape, Registry};
-use crate::fast::f32_shape;
 use crate::gemm::{
     packed_bytes, Bias, Epilogue, Gemm, MatMut, MatRef, Operand, PackedMatrix, Packing, PackingFor,
     Packs, Side,
 };
+use crate::kernel_io::f32_shape;
+use crate::split::{self, Cost};
 use crate::Sgemm;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
@@ -19,7 +20,6 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
-use rayon::prelude::*;
 
 fn check_shape(t: &Tensor, want: &[usize], what: &str) -> OpResult<()> {
     op_ensure!(
@@ -134,16 +134,24 @@ impl Kernel for MatMulKernel {
             self.gemm
                 .gemm(m, k, n, 1.0, a_mat, b_mat, false, c, &epi, packing)
         };
-        let threads = rayon::current_num_threads();
-        if batches > 1 && batches >= threads && 2 * m * n * k * batches >= 1 << 18 {
-            yv.par_chunks_mut(m * n)
-                .zip(self.a_index.par_iter().zip(&self.b_index))
-                .try_for_each(|(out, (&ia, &ib))| {
-                    scratch.with_thread(|carve| {
-                        let packs = Packs::carve(carve, self.packing_for())?;
-                        one(out, ia, ib, Packing::Serial(packs))
-                    })
+        // With a product per worker or more, each worker takes whole products (packing in
+        // its own region); otherwise the products take turns, each over all the workers.
+        let workers = split::worth(Cost::flops(2 * m * n * k * batches));
+        if batches > 1 && workers > 1 && batches >= workers {
+            // Whole products per task.
+            let tasks = split::cut(yv.len(), m * n, workers, 1);
+            split::try_chunks(yv, tasks, |start, outs| {
+                let first = start / (m * n).max(1);
+                scratch.with_thread(|carve| {
+                    let packs = Packs::carve(carve, self.packing_for())?;
+                    for (i, out) in outs.chunks_mut((m * n).max(1)).enumerate() {
+                        let (ia, ib) = (self.a_index[first + i], self.b_index[first + i]);
+                        let (a, b) = (&mut *packs.a, &mut *packs.b);
+                        one(out, ia, ib, Packing::Serial(Packs { a, b }))?;
+                    }
+                    Ok(())
                 })
+            })
         } else {
             yv.chunks_mut(m * n)
                 .zip(self.a_index.iter().zip(&self.b_index))

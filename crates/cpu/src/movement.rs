@@ -2,7 +2,8 @@
 //! values), Concat and Split (f32 block copies).
 
 use crate::backend::Registry;
-use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::kernel_io::{f32_shape, input, output};
+use crate::split;
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::shape::concat::Concat;
@@ -293,9 +294,9 @@ impl TransposeKernel {
         let n = self.dims[k - 1];
         if k >= 2 && self.src_stride[k - 2] == 1 && (2..=4).contains(&n) {
             match n {
-                2 => for_chunks(y, 2, 1, |start, c| self.gather_short::<V, 2>(x, start, c)),
-                3 => for_chunks(y, 3, 1, |start, c| self.gather_short::<V, 3>(x, start, c)),
-                _ => for_chunks(y, 4, 1, |start, c| self.gather_short::<V, 4>(x, start, c)),
+                2 => split::for_chunks(y, 2, 1, |start, c| self.gather_short::<V, 2>(x, start, c)),
+                3 => split::for_chunks(y, 3, 1, |start, c| self.gather_short::<V, 3>(x, start, c)),
+                _ => split::for_chunks(y, 4, 1, |start, c| self.gather_short::<V, 4>(x, start, c)),
             }
             return;
         }
@@ -304,14 +305,14 @@ impl TransposeKernel {
             // eight contiguous values per input line and write eight per output row, where
             // row by row read every value a stride apart (a K^T of attention: 4x slower).
             let plane = self.dims[k - 2] * n;
-            for_chunks(y, plane, 1, |start, chunk| {
+            split::for_chunks(y, plane, 1, |start, chunk| {
                 for (i, out) in chunk.chunks_exact_mut(plane).enumerate() {
                     self.tiles(x, start / plane + i, out);
                 }
             });
             return;
         }
-        for_chunks(y, n, 1, |start, chunk| {
+        split::for_chunks(y, n, 1, |start, chunk| {
             self.rows(x, start / n.max(1), chunk)
         });
     }
@@ -389,7 +390,7 @@ impl Kernel for BlockKernel {
             // Chunks of the output, not of whole output rows: a batch-1 concat along channels
             // is one row, which one thread copied alone (squeezenet1_1's eight concats took
             // longer at 2 threads than at 1).
-            for_chunks(y, 16, 1, |start, mut chunk| {
+            split::for_chunks(y, 16, 1, |start, mut chunk| {
                 let mut pos = start;
                 while !chunk.is_empty() {
                     let (o, e) = (pos / total, pos % total);

@@ -2,8 +2,9 @@
 //! (inference form, folded into a per-channel multiply-add).
 
 use crate::backend::{boxed, Registry};
-use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::kernel_io::{f32_shape, input, output};
 use crate::reduce::{sum, sum_sq_dev};
+use crate::split;
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::layout::plain_shape;
 use ferrolite_core::ops::nn::norm::{BatchNorm, LayerNorm};
@@ -146,7 +147,7 @@ impl Kernel for LayerNormKernel {
             }
             let eps = self.eps;
             let stats_ptr = std::sync::Mutex::new(&mut stats);
-            for_chunks(y, n, 4, |st, c| {
+            split::for_chunks(y, n, 4, |st, c| {
                 let r0 = st / n;
                 let mut local = Vec::with_capacity(c.len() / n);
                 for (i, yr) in c.chunks_exact_mut(n).enumerate() {
@@ -241,7 +242,7 @@ impl Kernel for BatchNormKernel {
         if inner == 0 || c == 0 {
             return Ok(());
         }
-        for_chunks(y, inner, 1, |s, chunk| {
+        split::for_chunks(y, inner, 1, |s, chunk| {
             for (i, yr) in chunk.chunks_exact_mut(inner).enumerate() {
                 let plane = s / inner + i;
                 let ch = plane % groups * lanes;

@@ -6,8 +6,9 @@
 //! stride 1, output by output otherwise.
 
 use crate::backend::{boxed, Built, Registry, Req};
-use crate::fast::{f32_shape, for_chunks, input, output};
 use crate::isa::Isa;
+use crate::kernel_io::{f32_shape, input, output};
+use crate::split;
 use crate::stride2;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
@@ -273,7 +274,7 @@ impl Kernel for PoolKernel {
         );
         let y = output(outputs, 0, planes * op)?;
         let taps = self.gh.kernel * self.gw.kernel;
-        for_chunks(y, op.max(1), taps.max(1), |s, c| {
+        split::for_chunks(y, op.max(1), taps.max(1), |s, c| {
             let p0 = s / op.max(1);
             let mut vrow = vec![self.identity(); self.padded_row_len()];
             let mut phases = vec![0.0; 2 * (self.gw.output + 1)];
@@ -319,7 +320,7 @@ impl Kernel for GlobalPoolKernel {
             });
             return Ok(());
         }
-        for_chunks(y, 1, plane, |s, c| {
+        split::for_chunks(y, 1, plane, |s, c| {
             for (i, o) in c.iter_mut().enumerate() {
                 let v = &x[(s + i) * plane..(s + i + 1) * plane];
                 *o = if self.avg {
@@ -728,7 +729,7 @@ impl Kernel for BlockedPoolKernel {
         let op = (self.gh.output * self.gw.output * LANES).max(1);
         let y = output(outputs, 0, planes * op)?;
         let taps = self.gh.kernel * self.gw.kernel;
-        for_chunks(y, op, taps.max(1), |s, c| {
+        split::for_chunks(y, op, taps.max(1), |s, c| {
             for (i, dst) in c.chunks_exact_mut(op).enumerate() {
                 let p = s / op + i;
                 self.plane(&x[p * ip..(p + 1) * ip], dst);
@@ -774,7 +775,7 @@ impl Kernel for BlockedGlobalPoolKernel {
         let planes = self.x[0] * self.x[1];
         let hw = self.x[2] * self.x[3];
         let y = output(outputs, 0, planes * LANES)?;
-        for_chunks(y, LANES, hw.max(1), |s, c| {
+        split::for_chunks(y, LANES, hw.max(1), |s, c| {
             for (i, out) in c.chunks_exact_mut(LANES).enumerate() {
                 let p = s / LANES + i;
                 let src = &x[p * hw * LANES..(p + 1) * hw * LANES];

@@ -12,6 +12,7 @@ use crate::backend::{constant, shape, Registry};
 use crate::depthwise::DepthwiseKernel;
 use crate::qgemm::{requantize, Axis, Out, Packed, Product, QPath, Side, Source};
 use crate::qparams::{qparams, QParams};
+use crate::split::{self, Cost};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
@@ -20,7 +21,6 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
-use rayon::prelude::*;
 
 /// What flipping does to a zero point: the kernels see activations as u8 and weights as s8.
 pub(crate) fn flipped_zero(z: i32, signed: bool, want_signed: bool) -> i32 {
@@ -350,11 +350,8 @@ impl QConvKernel {
                 out[hi..].fill(pad);
             }
         };
-        if buf.len() >= 1 << 16 {
-            buf.par_chunks_mut(n.max(1)).enumerate().for_each(fill);
-        } else {
-            buf.chunks_mut(n.max(1)).enumerate().for_each(fill);
-        }
+        let cost = Cost::bytes(2 * buf.len());
+        split::for_rows(buf, n, split::worth(cost), |r, dst| fill((r, dst)));
     }
 
     fn run_gemm(
@@ -507,7 +504,8 @@ impl QConvKernel {
             y.len() == self.s.batch * channels * out_plane,
             "depthwise output does not match the kernel"
         );
-        let work = y.len() * self.s.geometry.kernel.iter().product::<usize>();
+        let y_len = y.len();
+        let work = y_len * self.s.geometry.kernel.iter().product::<usize>();
         // Every (image, chunk) pair writes its own channels' planes.
         let mut tasks = Vec::with_capacity(self.s.batch * chunks.len());
         for (b, mut image) in y.chunks_mut((channels * out_plane).max(1)).enumerate() {
@@ -517,15 +515,15 @@ impl QConvKernel {
                 image = rest;
             }
         }
-        let parallel = rayon::current_num_threads() > 1 && tasks.len() > 1;
-        if parallel && work >= crate::fast::PAR_MIN {
-            tasks
-                .into_par_iter()
-                .try_for_each(|(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst, scratch))
-        } else {
-            let run = |(b, ch, dst)| self.depthwise_chunk(b, ch, x, dst, scratch);
-            tasks.into_iter().try_for_each(run)
-        }
+        // Each chunk converts its channels to f32 and back around the f32 kernel.
+        let cost = Cost {
+            flops: 2 * work,
+            bytes: (x.len() + y_len) * (1 + 2 * size_of::<f32>()),
+        };
+        let parallel = split::workers(cost, split::threads()) > 1;
+        split::try_for_each_item(tasks, parallel, |(b, ch, dst)| {
+            self.depthwise_chunk(b, ch, x, dst, scratch)
+        })
     }
 
     /// Channels `ch` of image `b`: converts them to f32, runs the f32 kernel and requantizes

@@ -17,6 +17,7 @@ use crate::backend::{constant, shape, Registry};
 use crate::qconv::{flip, flipped_zero, multipliers, range};
 use crate::qgemm::{requantize, Axis, Out, Packed, Product, QPath, Side, Source};
 use crate::qparams::{qparams, QParams};
+use crate::split::{self, Cost};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::layout::FROM_NHWC;
@@ -26,7 +27,6 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
-use rayon::prelude::*;
 
 #[derive(Debug)]
 enum Strategy {
@@ -89,8 +89,9 @@ pub struct QConvNhwcKernel {
     strategy: Strategy,
 }
 
-/// Output pixels per GEMM task: whole row blocks, at least this many multiply-adds.
-const TASK_WORK: usize = 1 << 18;
+/// Multiply-adds of a GEMM task's patch block at the least: a block gathers its patches
+/// before its product, and blocks of half this ran mobilenet_v2 int8 7% slower at one thread.
+const BLOCK_MACS: usize = 1 << 18;
 
 /// Weights past this many bytes (beyond a core's share of L2) are streamed once per layer:
 /// tasks of few pixels each re-read them all from L3 (resnet18's 512-channel 3x3 layers,
@@ -318,8 +319,12 @@ impl QConvNhwcKernel {
                 .next_multiple_of(mr)
                 .max(mr)
         } else {
-            let per = (TASK_WORK / (m * k).max(1)).next_multiple_of(mr).max(mr);
-            per.min(pixels.div_ceil(threads * 4).next_multiple_of(mr))
+            let per = (BLOCK_MACS / (m * k).max(1)).next_multiple_of(mr).max(mr);
+            per.min(
+                pixels
+                    .div_ceil(threads * split::BALANCE)
+                    .next_multiple_of(mr),
+            )
         };
         (per, streamed)
     }
@@ -335,7 +340,7 @@ impl QConvNhwcKernel {
         let m = self.s.out_channels;
         let k = weights.k();
         let pixels = y.len() / m.max(1);
-        let (per, streamed) = self.gemm_tasks(k, rayon::current_num_threads());
+        let (per, streamed) = self.gemm_tasks(k, split::threads());
         let x_flip = flip(self.x.signed, false);
         let x_zero = flipped_zero(self.x.zero[0], self.x.signed, false);
         let (lo, hi) = range(self.y.signed);
@@ -372,12 +377,17 @@ impl QConvNhwcKernel {
                 )
             })
         };
-        let chunk = (per * m).max(1);
-        if pixels <= per || streamed {
-            y.chunks_mut(chunk).enumerate().try_for_each(task)
+        // Streamed weights: the tasks take turns, the threads splitting each one's columns.
+        let tasks = split::Tasks {
+            count: pixels.div_ceil(per.max(1)),
+            per: (per * m).max(1),
+        };
+        let tasks = if streamed {
+            split::Tasks { count: 1, ..tasks }
         } else {
-            y.par_chunks_mut(chunk).enumerate().try_for_each(task)
-        }
+            tasks
+        };
+        split::try_chunks(y, tasks, |start, out| task((start / tasks.per, out)))
     }
 
     /// The input extent along spatial `axis` (0 rows, 1 columns) with the padding: what the
@@ -531,7 +541,8 @@ impl QConvNhwcKernel {
             let mut p = vec![self.x.zero[0] as u8; self.s.batch * h * w * c];
             // Row by row in parallel; a pixel's few bytes one by one (a copy call each cost
             // more than the bytes).
-            p.par_chunks_mut(w * c).enumerate().for_each(|(r, dst)| {
+            let workers = split::worth(Cost::bytes(2 * p.len()));
+            split::for_rows(&mut p, w * c, workers, |r, dst| {
                 let (b, py) = (r / h, r % h);
                 let Some(iy) = py.checked_sub(top).filter(|&iy| iy < ih) else {
                     return;
@@ -571,12 +582,11 @@ impl QConvNhwcKernel {
         // the weights do (a deep layer over a few pixels).
         let rows_outside = pixels >= m;
         let outer = if rows_outside { mb } else { nb };
-        let threads = rayon::current_num_threads().max(1);
-        let work = pixels * m * taps * run;
-        let tasks = if threads <= 1 || work < TASK_WORK {
+        let workers = split::worth(Cost::flops(2 * pixels * m * taps * run));
+        let tasks = if workers <= 1 {
             1
         } else {
-            (threads * 4).min(outer)
+            (workers * split::BALANCE).min(outer)
         };
         let per = outer.div_ceil(tasks);
         let task = |t: usize| {
@@ -626,11 +636,7 @@ impl QConvNhwcKernel {
                 }
             }
         };
-        if tasks == 1 {
-            task(0);
-        } else {
-            (0..tasks).into_par_iter().for_each(task);
-        }
+        split::for_each_task(tasks, true, task);
         Ok(())
     }
 
@@ -653,7 +659,11 @@ impl QConvNhwcKernel {
                 y.len() == self.s.batch * oh * ow * c,
                 "depthwise output does not match the kernel"
             );
-            let threads = rayon::current_num_threads();
+            // The bands are cut for the pool's threads (the scratch was declared so); the
+            // work decides whether they spread.
+            let threads = split::threads();
+            let taps = self.s.geometry.kernel.iter().product::<usize>();
+            let parallel = split::worth(Cost::flops(2 * y.len() * taps)) > 1;
             let band = self.depthwise_band_rows(threads);
             let band_floats = self.band_floats(threads);
             let bands = self.s.batch * oh.div_ceil(band);
@@ -690,7 +700,7 @@ impl QConvNhwcKernel {
                     Ok(())
                 })
             };
-            return (0..bands * splits).into_par_iter().try_for_each(task);
+            return split::try_for_each_task(bands * splits, parallel, task);
         }
         let (lo, hi) = range(self.y.signed);
         let row = |(r, out): (usize, &mut [u8])| {
@@ -704,11 +714,9 @@ impl QConvNhwcKernel {
                 requantize(&vals, self.y.zero[0], lo, hi, self.y.signed, dst);
             }
         };
-        if y.len() >= 1 << 14 {
-            y.par_chunks_mut((ow * c).max(1)).enumerate().for_each(row);
-        } else {
-            y.chunks_mut((ow * c).max(1)).enumerate().for_each(row);
-        }
+        let taps = self.s.geometry.kernel.iter().product::<usize>();
+        let workers = split::worth(Cost::flops(2 * y.len() * taps));
+        split::for_rows(y, ow * c, workers, |r, out| row((r, out)));
         Ok(())
     }
 

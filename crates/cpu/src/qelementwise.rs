@@ -6,6 +6,7 @@ use crate::isa::Isa;
 use crate::pool::AxisPlan;
 use crate::qgemm::requantize;
 use crate::qparams::{qparams, signed};
+use crate::split::{self, Cost};
 use ferrolite_core::op::required;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
 use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
@@ -13,10 +14,6 @@ use ferrolite_core::ops::quant::{DequantizeLinear, DynamicQuantizeLinear, Quanti
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
-use rayon::prelude::*;
-
-/// Elements per rayon task of the element-wise loops.
-const CHUNK: usize = 1 << 14;
 
 /// The one f32 scale and 8-bit zero point at slots 1 and 2 of a tensor of `dtype`.
 fn per_tensor(r: &KernelRequest, dtype: DType) -> Result<(f32, i32, bool), String> {
@@ -76,8 +73,9 @@ impl Kernel for QuantizeKernel {
         let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
         let (scale, zero, signed, wide) = (self.scale, self.zero, self.signed, self.wide);
         let one = |(x, y): (&[f32], &mut [u8])| quantize(x, scale, zero, lo, hi, signed, y, wide);
-        let pairs = x.par_chunks(CHUNK).zip(y.bytes_mut().par_chunks_mut(CHUNK));
-        pairs.for_each(one);
+        split::for_chunks(y.bytes_mut(), 64, 4, |s, out| {
+            one((&x[s..s + out.len()], out))
+        });
         Ok(())
     }
 
@@ -109,9 +107,7 @@ impl Kernel for DequantizeKernel {
         op_ensure!(y.len() == x.len(), "output size differs from the input's");
         let (s, z, signed, wide) = (self.scale, self.zero, self.signed, self.wide);
         let one = |(x, y): (&[u8], &mut [f32])| dequantize(x, s, z, signed, y, wide);
-        x.par_chunks(CHUNK)
-            .zip(y.par_chunks_mut(CHUNK))
-            .for_each(one);
+        split::for_chunks(y, 16, 1, |s, out| one((&x[s..s + out.len()], out)));
         Ok(())
     }
 
@@ -181,8 +177,10 @@ impl Kernel for QMaxPoolKernel {
             }
         };
         let (xs, ys) = (x.bytes(), y.bytes_mut());
-        let pairs = xs.par_chunks(ih * iw).zip(ys.par_chunks_mut(oh * ow));
-        pairs.for_each(plane);
+        let workers = split::worth(Cost::bytes(xs.len() * 2 + ys.len()));
+        split::for_rows(ys, oh * ow, workers, |p, out| {
+            plane((&xs[p * ih * iw..][..ih * iw], out))
+        });
         Ok(())
     }
 
@@ -372,10 +370,13 @@ impl Kernel for DynamicQuantizeKernel {
             outputs.len() == 3,
             "DynamicQuantizeLinear has three outputs"
         );
-        let (lo, hi) = x
-            .par_chunks(CHUNK)
-            .map(|c| min_max(c, self.isa.has_avx2()))
-            .reduce(|| (0.0, 0.0), |a, b| (a.0.min(b.0), a.1.max(b.1)));
+        let (lo, hi) = split::map_reduce(
+            x.len(),
+            size_of::<f32>(),
+            (0.0, 0.0),
+            |r| min_max(&x[r], self.isa.has_avx2()),
+            |a, b| (a.0.min(b.0), a.1.max(b.1)),
+        );
         let range = if hi == lo { 1.0 } else { hi - lo };
         let scale = range / 255.0;
         let zero = (0.0 - lo / scale).clamp(0.0, 255.0).round_ties_even();
@@ -383,9 +384,9 @@ impl Kernel for DynamicQuantizeKernel {
         let y = &mut y[0];
         op_ensure!(y.numel() == x.len(), "output size differs from the input's");
         let one = |(x, y): (&[f32], &mut [u8])| quantize_u8(self.isa, x, scale, zero as i32, y);
-        x.par_chunks(CHUNK)
-            .zip(y.bytes_mut().par_chunks_mut(CHUNK))
-            .for_each(one);
+        split::for_chunks(y.bytes_mut(), 64, 4, |s, out| {
+            one((&x[s..s + out.len()], out))
+        });
         rest[0].as_mut_slice::<f32>()?[0] = scale;
         rest[1].bytes_mut()[0] = zero as u8;
         Ok(())

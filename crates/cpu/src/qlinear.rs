@@ -9,6 +9,7 @@
 
 use crate::backend::{constant, Registry};
 use crate::qparams::{qparams, QParams};
+use crate::split::{self, Cost};
 use crate::Isa;
 use ferrolite_core::op::required;
 use ferrolite_core::ops::elementwise::binary::BinaryKind;
@@ -19,9 +20,6 @@ use ferrolite_core::ops::quant::{
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, Op, OpError, OpResult, Tensor};
-use rayon::prelude::*;
-
-const CHUNK: usize = 1 << 15;
 
 /// Every value of an 8-bit type, in byte order.
 fn all_values(dtype: DType, repeat: usize) -> Result<Tensor, String> {
@@ -129,13 +127,7 @@ impl Kernel for UnaryTable {
             y.iter_mut().zip(x).for_each(|(y, &x)| *y = t[x as usize]);
         };
         let y = y.bytes_mut();
-        if x.len() > CHUNK && rayon::current_num_threads() > 1 {
-            x.par_chunks(CHUNK)
-                .zip(y.par_chunks_mut(CHUNK))
-                .for_each(one);
-        } else {
-            one((x, y));
-        }
+        split::for_chunks(y, 64, 1, |s, out| one((&x[s..s + out.len()], out)));
         Ok(())
     }
 
@@ -183,8 +175,8 @@ impl Kernel for ChannelTables {
         outputs: &mut [Tensor],
         _scratch: &ferrolite_core::scratch::Scratch,
     ) -> OpResult<()> {
-        let x = crate::fast::input_bytes(inputs, 0, &self.x)?;
-        let y = crate::fast::output_bytes(outputs, 0, x.len())?;
+        let x = crate::kernel_io::input_bytes(inputs, 0, &self.x)?;
+        let y = crate::kernel_io::output_bytes(outputs, 0, x.len())?;
         let channels = self.x[1];
         let inner: usize = self.x[2..].iter().product();
         if inner == 0 {
@@ -202,10 +194,10 @@ impl Kernel for ChannelTables {
             }
             y.iter_mut().zip(x).for_each(|(y, &x)| *y = t[x as usize]);
         };
-        x.par_chunks(inner)
-            .zip(y.par_chunks_mut(inner))
-            .enumerate()
-            .for_each(plane);
+        let workers = split::worth(Cost::elementwise(y.len(), 1, 1));
+        split::for_rows(y, inner, workers, |p, y| {
+            plane((p, (&x[p * inner..][..y.len()], y)))
+        });
         Ok(())
     }
 
@@ -385,8 +377,10 @@ impl Kernel for BinaryTable {
                         *y = at(a, b);
                     }
                 };
-                let parts = a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK));
-                parts.zip(y.bytes_mut().par_chunks_mut(CHUNK)).for_each(one);
+                split::for_chunks(y.bytes_mut(), 64, 2, |s, out| {
+                    let r = s..s + out.len();
+                    one(((&a[r.clone()], &b[r]), out))
+                });
             }
             Pairing::Scalar { a_scalar } => {
                 let (full, one) = if a_scalar { (b, a) } else { (a, b) };
@@ -408,9 +402,9 @@ impl Kernel for BinaryTable {
                 let each = |(x, y): (&[u8], &mut [u8])| {
                     y.iter_mut().zip(x).for_each(|(y, &x)| *y = row[x as usize]);
                 };
-                full.par_chunks(CHUNK)
-                    .zip(y.bytes_mut().par_chunks_mut(CHUNK))
-                    .for_each(each);
+                split::for_chunks(y.bytes_mut(), 64, 1, |s, out| {
+                    each((&full[s..s + out.len()], out))
+                });
             }
             Pairing::PerPlane { plane, a_per_plane } => {
                 let (full, part) = if a_per_plane { (b, a) } else { (a, b) };
@@ -423,10 +417,11 @@ impl Kernel for BinaryTable {
                         *y = if a_per_plane { at(s, x) } else { at(x, s) };
                     }
                 };
-                let parts = full.par_chunks(plane.max(1)).zip(part.par_iter());
-                parts
-                    .zip(y.bytes_mut().par_chunks_mut(plane.max(1)))
-                    .for_each(one);
+                let plane = plane.max(1);
+                let workers = split::worth(Cost::elementwise(full.len(), 1, 1));
+                split::for_rows(y.bytes_mut(), plane, workers, |p, out| {
+                    one(((&full[p * plane..][..out.len()], &part[p]), out))
+                });
             }
         }
         Ok(())
@@ -548,10 +543,10 @@ impl Kernel for QAddKernel {
             lo,
             hi,
         };
-        let chunks = x.par_chunks(CHUNK).zip(y.bytes_mut().par_chunks_mut(CHUNK));
-        chunks.enumerate().for_each(|(i, (x, out))| {
-            let y = other.map(|(o, ry)| (&o[i * CHUNK..i * CHUNK + x.len()], ry));
-            args.run(x, y, out);
+        split::for_chunks(y.bytes_mut(), 64, 2, |s, out| {
+            let r = s..s + out.len();
+            let y = other.map(|(o, ry)| (&o[r.clone()], ry));
+            args.run(&x[r], y, out);
         });
         Ok(())
     }
@@ -632,14 +627,9 @@ impl Kernel for QMulKernel {
             full.len() == n && part.len() * plane == n,
             "input sizes differ from the plan"
         );
-        // Whole planes per task, at least a chunk's worth.
-        let per = if plane == 1 {
-            CHUNK
-        } else {
-            CHUNK.div_ceil(plane) * plane
-        };
-        let task = |(i, (x, out)): (usize, (&[u8], &mut [u8]))| {
-            let first = i * per;
+        // Whole planes per task.
+        let task = |first: usize, out: &mut [u8]| {
+            let x = &full[first..first + out.len()];
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the kernel exists only in AVX-512 sessions (`qmul_kernel`), on CPUs with
             // AVX-512 F/BW/VL; `x` and `out` have one length, and `part` holds a value for
@@ -650,10 +640,7 @@ impl Kernel for QMulKernel {
             #[cfg(not(target_arch = "x86_64"))]
             let _ = (first, x, out);
         };
-        full.par_chunks(per)
-            .zip(y.par_chunks_mut(per))
-            .enumerate()
-            .for_each(task);
+        split::for_chunks(y, plane, 2, task);
         Ok(())
     }
 
@@ -843,9 +830,7 @@ impl Kernel for QdqBinaryKernel {
             }
         };
         op_ensure!(sizes_ok, "input sizes differ from the plan");
-        y.par_chunks_mut(CHUNK)
-            .enumerate()
-            .for_each(|(i, out)| self.run_range(a, b, i * CHUNK, out));
+        split::for_chunks(y, 64, 2, |s, out| self.run_range(a, b, s, out));
         Ok(())
     }
 
@@ -1250,15 +1235,17 @@ impl Kernel for QGlobalAverage {
             x.len() == y.byte_len() * image,
             "sizes differ from the plan"
         );
+        let workers = split::worth(Cost::bytes(x.len()));
         match self.channels_last {
-            Some(c) => x
-                .par_chunks(image * c.max(1))
-                .zip(y.bytes_mut().par_chunks_mut(c.max(1)))
-                .for_each(|(x, y)| self.image_sums(x, c.max(1), y)),
-            None => x
-                .par_chunks(image)
-                .zip(y.bytes_mut().par_iter_mut())
-                .for_each(|(x, y)| *y = self.requantize(self.plane_sum(x))),
+            Some(c) => {
+                let c = c.max(1);
+                split::for_rows(y.bytes_mut(), c, workers, |i, y| {
+                    self.image_sums(&x[i * image * c..][..image * c], c, y)
+                })
+            }
+            None => split::for_rows(y.bytes_mut(), 1, workers, |i, y| {
+                y[0] = self.requantize(self.plane_sum(&x[i * image..][..image]))
+            }),
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 use crate::backend::Registry;
 use crate::isa::Isa;
 use crate::qparams::signed;
+use crate::split::{self, Cost};
 use ferrolite_core::op::required;
 use ferrolite_core::ops::layout::FROM_NHWC;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
@@ -12,7 +13,6 @@ use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
-use rayon::prelude::*;
 
 #[derive(Debug)]
 struct QMaxPoolNhwc {
@@ -60,11 +60,9 @@ impl Kernel for QMaxPoolNhwc {
         };
         let ys = y.bytes_mut();
         let chunk = (ow * c).max(1);
-        if ys.len() >= 1 << 15 {
-            ys.par_chunks_mut(chunk).enumerate().for_each(row);
-        } else {
-            ys.chunks_mut(chunk).enumerate().for_each(row);
-        }
+        let taps = self.gh.kernel * self.gw.kernel;
+        let workers = split::worth(Cost::elementwise(ys.len(), 1, taps));
+        split::for_rows(ys, chunk, workers, |r, out| row((r, out)));
         Ok(())
     }
 

@@ -2,7 +2,8 @@
 //! contiguous block of axes (outer x reduced x inner), with eight-lane accumulators.
 
 use crate::backend::Registry;
-use crate::fast::{f32_shape, for_chunks, input, output};
+use crate::kernel_io::{f32_shape, input, output};
+use crate::split;
 use ferrolite_core::op::normalize_axes;
 use ferrolite_core::ops::nn::reduce::{Reduce, ReduceKind};
 use ferrolite_core::plan::{Kernel, KernelRequest};
@@ -200,7 +201,7 @@ impl Kernel for ReduceKernel {
         let (red, inner) = (self.red, self.inner);
         let y = output(outputs, 0, self.outer * inner)?;
         let kind = self.kind;
-        for_chunks(y, 1, red, |s, c| {
+        split::for_chunks(y, 1, red, |s, c| {
             if inner == 1 {
                 for (i, o) in c.iter_mut().enumerate() {
                     let v = &x[(s + i) * red..(s + i + 1) * red];

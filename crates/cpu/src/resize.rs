@@ -5,7 +5,8 @@
 //! nearest taps only: a gather of bytes.
 
 use crate::backend::Registry;
-use crate::fast::{f32_shape, for_chunks, input, input_bytes, output, output_bytes};
+use crate::kernel_io::{f32_shape, input, input_bytes, output, output_bytes};
+use crate::split::{self, Cost};
 use ferrolite_core::ops::nn::resize::Resize;
 use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{needs, DTypes, Layout};
@@ -184,7 +185,7 @@ impl Kernel for ResizeKernel {
         if op == 0 {
             return Ok(());
         }
-        for_chunks(y, op, 4, |s, c| {
+        split::for_chunks(y, op, 4, |s, c| {
             let mut v = vec![0.0f32; self.x[3]];
             for (i, dst) in c.chunks_exact_mut(op).enumerate() {
                 let p = s / op + i;
@@ -223,8 +224,8 @@ impl Kernel for NearestBytes {
         if op == 0 || ow == 0 {
             return Ok(());
         }
-        use rayon::prelude::*;
-        y.par_chunks_mut(op).enumerate().for_each(|(p, dst)| {
+        let workers = split::worth(Cost::bytes(2 * y.len()));
+        split::for_rows(y, op, workers, |p, dst| {
             let src = &x[p * ip..(p + 1) * ip];
             for (row, &r) in dst.chunks_exact_mut(ow).zip(&self.rows) {
                 let line = &src[r * iw..(r + 1) * iw];

@@ -2,9 +2,10 @@
 //! inner block otherwise).
 
 use crate::backend::Registry;
-use crate::fast::{f32_shape, for_chunks, input, output};
 use crate::isa::Isa;
+use crate::kernel_io::{f32_shape, input, output};
 use crate::math;
+use crate::split;
 use ferrolite_core::op::normalize_axis;
 use ferrolite_core::ops::nn::softmax::{Softmax, SoftmaxKind};
 use ferrolite_core::plan::Kernel;
@@ -182,7 +183,7 @@ impl Kernel for SoftmaxKernel {
         if blk == 0 {
             return Ok(());
         }
-        for_chunks(y, blk, 8, |s, c| {
+        split::for_chunks(y, blk, 8, |s, c| {
             for (i, yb) in c.chunks_exact_mut(blk).enumerate() {
                 let xb = &x[s + i * blk..s + (i + 1) * blk];
                 if self.inner == 1 {

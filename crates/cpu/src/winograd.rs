@@ -22,16 +22,13 @@ use crate::gemm::{
     Packs, Sgemm, Side,
 };
 use crate::sgemm::MR;
+use crate::split::{self, Cost};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::prepacked;
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
-use rayon::prelude::*;
-
-/// Work (multiply-adds of the direct convolution) below which a conv runs on one thread.
-const PARALLEL_MACS: usize = 1 << 18;
 
 /// Scratch budget of one block of tiles (transformed inputs and products), in bytes.
 const L2_BYTES: usize = 256 * 1024;
@@ -405,7 +402,7 @@ impl WinogradKernel {
         out: &mut [&mut [f32]],
         carve: &mut Carve,
         scratch: &Scratch,
-        inner: bool,
+        inner: usize,
     ) -> OpResult<()> {
         #[cfg(target_arch = "x86_64")]
         if self.gemm.isa.has_avx2() {
@@ -429,7 +426,7 @@ impl WinogradKernel {
         out: &mut [&mut [f32]],
         carve: &mut Carve,
         scratch: &Scratch,
-        inner: bool,
+        inner: usize,
     ) -> OpResult<()> {
         self.block_impl(x, ty0, ty1, bias, out, carve, scratch, inner)
     }
@@ -445,7 +442,7 @@ impl WinogradKernel {
         out: &mut [&mut [f32]],
         carve: &mut Carve,
         scratch: &Scratch,
-        inner: bool,
+        inner: usize,
     ) -> OpResult<()> {
         let (_, tw) = self.tiles();
         let (c, m) = (self.c, self.m);
@@ -485,14 +482,17 @@ impl WinogradKernel {
         let planes = &mut z[..planes * m * n];
         // The transformed weights come packed; the inputs are packed per product.
         let product = PackingFor::new(m, c, n).a_packed(true);
-        if inner {
-            // Each plane's task packs in its worker's region.
-            planes
-                .par_chunks_mut(m * n)
-                .enumerate()
-                .try_for_each(|pz| {
-                    scratch.with_thread(|cv| gemm_plane(pz, Packs::carve(cv, product)?))
-                })?;
+        if inner > 1 {
+            // Each task's planes pack in its worker's region.
+            let tasks = split::cut(planes.len(), m * n, inner, split::BALANCE);
+            split::try_chunks(planes, tasks, |start, mine| {
+                scratch.with_thread(|cv| {
+                    let mut packs = Packs::carve(cv, product)?;
+                    let first = start / (m * n).max(1);
+                    let mut each = mine.chunks_mut((m * n).max(1)).enumerate();
+                    each.try_for_each(|(i, pz)| gemm_plane((first + i, pz), packs.reborrow()))
+                })
+            })?;
         } else {
             let mut packs = Packs::carve(carve, product)?;
             planes
@@ -505,11 +505,7 @@ impl WinogradKernel {
             WinogradTile::F2 => self.output_f2(z, ty0, ty1, bias, mi, yc),
             WinogradTile::F4 => self.output_f4(z, ty0, ty1, bias, mi, yc),
         };
-        if inner {
-            out.par_iter_mut().enumerate().for_each(per_channel);
-        } else {
-            out.iter_mut().enumerate().for_each(per_channel);
-        }
+        split::for_rows(out, 1, inner, |mi, yc| per_channel((mi, &mut yc[0])));
         Ok(())
     }
 
@@ -789,7 +785,9 @@ impl Kernel for WinogradKernel {
             .as_mut_slice::<f32>()?;
         let (th, _) = self.tiles();
         let (oh, ow) = (self.oh, self.ow);
-        let threads = rayon::current_num_threads();
+        // The blocks are cut for the pool's threads (the scratch was declared so); the work
+        // decides how many of them it is worth.
+        let threads = split::threads();
         let rows = self.rows_per_block(threads);
         let blocks: Vec<(usize, usize)> = (0..th)
             .step_by(rows)
@@ -797,9 +795,9 @@ impl Kernel for WinogradKernel {
             .collect();
         // Blocks run in parallel when there are enough of them to go round; otherwise (small
         // images, e.g. 7x7 with one block) each block spreads its GEMMs and output transform.
-        let big = self.m * self.c * oh * ow * 9 >= PARALLEL_MACS;
-        let parallel = big && blocks.len() >= threads && blocks.len() > 1;
-        let inner = big && !parallel && threads > 1;
+        let workers = split::worth(Cost::flops(2 * self.m * self.c * oh * ow * 9));
+        let parallel = workers > 1 && blocks.len() >= workers;
+        let inner = if parallel { 1 } else { workers };
         let in_image = self.c * self.h * self.w;
         let out_image = self.m * oh * ow;
         for (xi, yi) in xv.chunks_exact(in_image).zip(y.chunks_exact_mut(out_image)) {
@@ -822,18 +820,11 @@ impl Kernel for WinogradKernel {
             let work = |((a, b), mut piece): ((usize, usize), Vec<&mut [f32]>), cv: &mut Carve| {
                 self.block(xi, a, b, bias, &mut piece, cv, scratch, inner)
             };
+            let items: Vec<_> = blocks.iter().copied().zip(pieces).collect();
             if parallel {
-                blocks
-                    .par_iter()
-                    .copied()
-                    .zip(pieces)
-                    .try_for_each(|w| scratch.with_thread(|cv| work(w, cv)))?;
+                split::try_for_each_item(items, true, |w| scratch.with_thread(|cv| work(w, cv)))?;
             } else {
-                blocks
-                    .iter()
-                    .copied()
-                    .zip(pieces)
-                    .try_for_each(|w| scratch.with_shared(|cv| work(w, cv)))?;
+                split::try_for_each_item(items, false, |w| scratch.with_shared(|cv| work(w, cv)))?;
             }
         }
         Ok(())

@@ -9,15 +9,15 @@
 //! `[OC/8][input channel groups][KH][KW][channels per group][8]`.
 
 use super::{activate_row, clamp_of, SendPtr, B};
-use crate::fast::{input, output};
+use crate::kernel_io::{input, output};
 use crate::sgemm::Isa;
+use crate::split::{self, Cost};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::prepacked::{self, Packed};
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{OpResult, Tensor};
-use rayon::prelude::*;
 
 /// Output pixels per register tile: ten accumulators, two weight vectors and a broadcast fit
 /// the sixteen registers with room to spare. With six pixels (twelve accumulators) LLVM
@@ -221,7 +221,7 @@ impl ConvKernel {
         let u = l.pixel;
         let planes = src.len() / (ih * iw * u).max(1);
         let plane = l.ph * l.pw * u;
-        crate::fast::for_chunks(dst, plane.max(1), 1, |s, out| {
+        split::for_chunks(dst, plane.max(1), 1, |s, out| {
             for (i, d) in out.chunks_exact_mut(plane.max(1)).enumerate() {
                 let p = s / plane.max(1) + i;
                 if p >= planes {
@@ -361,7 +361,10 @@ impl Kernel for ConvKernel {
         let per_unit = self.unit_blocks();
         let pairs = blocks.div_ceil(per_unit);
         let oh = self.out_rows();
-        let threads = rayon::current_num_threads();
+        // Per image.
+        let flops = 2 * out_item * self.s.in_channels / self.s.group.max(1)
+            * g.kernel.iter().product::<usize>();
+        let threads = split::worth(Cost::flops(flops));
         let mut bands = if threads > 1 {
             (4 * threads).div_ceil(pairs)
         } else {
@@ -402,11 +405,7 @@ impl Kernel for ConvKernel {
                     self.rows(src, yp, ob, nb, rows);
                 };
                 let units = pairs * bands;
-                if threads > 1 {
-                    (0..units).into_par_iter().for_each(unit);
-                } else {
-                    (0..units).for_each(unit);
-                }
+                split::for_each_task(units, threads > 1, unit);
             }
             Ok(())
         })

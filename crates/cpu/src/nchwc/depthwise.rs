@@ -8,15 +8,15 @@
 //! row's taps clipped to the image.
 
 use super::{activate_row, clamp_of, SendPtr, B};
-use crate::fast::{input, output};
+use crate::kernel_io::{input, output};
 use crate::sgemm::Isa;
+use crate::split::{self, Cost};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{OpResult, Tensor};
-use rayon::prelude::*;
 use std::ops::Range;
 
 /// Output pixels per register tile.
@@ -1053,6 +1053,7 @@ impl Kernel for DepthwiseKernel {
         };
         let bands = oh.div_ceil(rows_per);
         let tasks = self.s.batch * blocks * bands;
+        let y_len = y.len();
         let yp = SendPtr(y.as_mut_ptr());
         let task = |t: usize| -> OpResult<()> {
             let (item_block, band) = (t / bands, t % bands);
@@ -1079,11 +1080,11 @@ impl Kernel for DepthwiseKernel {
                 }
             }
         };
-        if rayon::current_num_threads() > 1 && tasks > 1 {
-            (0..tasks).into_par_iter().try_for_each(task)
-        } else {
-            (0..tasks).try_for_each(task)
-        }
+        let cost = Cost {
+            flops: 2 * y_len * g.kernel[0] * g.kernel[1],
+            bytes: (x.len() + y_len) * size_of::<f32>(),
+        };
+        split::try_for_each_task(tasks, split::worth(cost) > 1, task)
     }
 
     fn name(&self) -> &str {

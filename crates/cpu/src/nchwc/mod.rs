@@ -10,8 +10,9 @@ mod tests;
 mod winograd;
 
 use crate::backend::{boxed, Built, Registry, Req};
-use crate::fast::{f32_shape, input, output};
+use crate::kernel_io::{f32_shape, input, output};
 use crate::sgemm::{activate, EpilogueAct, Isa};
+use crate::split;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::layout::{plain_shape, ReorderNchwc, BLOCK};
 use ferrolite_core::ops::linalg::conv::Conv;
@@ -57,7 +58,7 @@ impl Kernel for ReorderKernel {
         // One block of eight channels is a [8, hw] matrix in the plain layout and its
         // transpose [hw, 8] in the blocked one.
         let block = B * hw;
-        crate::fast::for_chunks(y, block.max(1), 2, |s, out| {
+        split::for_chunks(y, block.max(1), 2, |s, out| {
             for (i, dst) in out.chunks_exact_mut(block.max(1)).enumerate() {
                 let src = &x[s + i * block..s + (i + 1) * block];
                 reorder_block(isa, to_blocked, src, dst, hw);

@@ -23,7 +23,8 @@
 //! (36 planes instead of 9) are the cost, so [`pays`] keeps it to images with enough tiles.
 
 use super::{SendPtr, B};
-use crate::fast::{input, output};
+use crate::kernel_io::{input, output};
+use crate::split::{self, Cost};
 use crate::winograd::{transform_filter, WinogradTile};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
@@ -31,7 +32,6 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::prepacked::{self, Packed};
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
-use rayon::prelude::*;
 
 /// The most output tiles per block: the GEMMs' rows, and what each packed weight plane is
 /// reused for before the next block streams it again.
@@ -195,28 +195,16 @@ impl WinogradKernel {
             // SAFETY: as above; the products check the sizes they rely on.
             unsafe { avx512::product(self, u, &v[p * vs..p * vs + n * c], p, zp) }
         };
-        if inner {
-            z.par_chunks_mut(zs)
-                .map(|zp| &mut zp[..n * m])
-                .enumerate()
-                .for_each(gemm_plane);
-        } else {
-            z.chunks_mut(zs)
-                .map(|zp| &mut zp[..n * m])
-                .enumerate()
-                .for_each(gemm_plane);
-        }
+        split::for_rows(z, zs, if inner { split::threads() } else { 1 }, |p, zp| {
+            gemm_plane((p, &mut zp[..n * m]))
+        });
         let z: &[f32] = z;
         let blocks = m / B;
         let out = |ob: usize| {
             // SAFETY: as above; this call writes output block ob of tiles t0..t1 only.
             unsafe { avx512::output(self, z, t0, t1, ob, y) }
         };
-        if inner {
-            (0..blocks).into_par_iter().for_each(out);
-        } else {
-            (0..blocks).for_each(out);
-        }
+        split::for_each_task(blocks, inner, out);
         Ok(())
     }
 }
@@ -239,12 +227,14 @@ impl Kernel for WinogradKernel {
         let (th, tw) = self.tiles();
         let tiles = th * tw;
         let (ph, pw) = self.padded();
-        let threads = rayon::current_num_threads();
-        let (per_block, blocks) = self.blocks(threads);
+        // The blocks are cut for the pool's threads (the scratch was declared so); the work
+        // decides how many of them it is worth.
+        let (per_block, blocks) = self.blocks(split::threads());
+        let workers = split::worth(Cost::flops(2 * m * c * oh * ow * 9));
         // Blocks in parallel when there are enough of them; otherwise each block spreads its
         // GEMMs and output transform over the threads.
-        let parallel = threads > 1 && blocks >= threads;
-        let inner = threads > 1 && !parallel;
+        let parallel = workers > 1 && blocks >= workers;
+        let inner = workers > 1 && !parallel;
         for (xi, yi) in x.chunks_exact(in_item).zip(y.chunks_exact_mut(m * oh * ow)) {
             let yp = SendPtr(yi.as_mut_ptr());
             // The padded image in the shared region; a block's transformed inputs and
@@ -258,9 +248,9 @@ impl Kernel for WinogradKernel {
                     self.block(xp, t0, t1, own, yp, inner)
                 };
                 if parallel {
-                    (0..blocks)
-                        .into_par_iter()
-                        .try_for_each(|b| scratch.with_thread(|own| work(b, own)))
+                    split::try_for_each_task(blocks, true, |b| {
+                        scratch.with_thread(|own| work(b, own))
+                    })
                 } else {
                     let mut region = shared.take_region(shared.remaining())?;
                     (0..blocks).try_for_each(|b| work(b, &mut region.carve()))

@@ -31,11 +31,11 @@ pub(crate) mod x86;
 
 pub use line_bytes::{Bytes, LineBytes, Pairs, Store};
 
+use crate::split::{self, Cost};
 use crate::Isa;
 use ferrolite_core::prepacked;
 use ferrolite_core::scratch::{bytes_for, Carve};
 use ferrolite_core::{op_ensure, OpResult};
-use rayon::prelude::*;
 
 /// Which integer multiply-add instructions the GEMM uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -213,9 +213,6 @@ impl QPath {
 
 /// The least depth for which [`QPath::amx_if_pays`] picks the AMX tiles.
 const AMX_MIN_DEPTH: usize = 128;
-
-/// Operands of at least this many bytes are packed over the rayon threads.
-const PARALLEL_PACK: usize = 1 << 16;
 
 /// Largest `k`: beyond it, 255 * 128 * k could overflow the i32 accumulators.
 pub const MAX_K: usize = 1 << 16;
@@ -519,15 +516,8 @@ impl<'s> Packed<'s> {
                         interleave4(rows, flip, &mut dst[..lanes * 4]);
                     }
                 };
-                let chunks = bytes.par_chunks_mut((kq * nr * 4).max(1)).enumerate();
-                if k * n >= PARALLEL_PACK {
-                    chunks.for_each(panel);
-                } else {
-                    bytes
-                        .chunks_mut((kq * nr * 4).max(1))
-                        .enumerate()
-                        .for_each(panel);
-                }
+                let workers = split::worth(Cost::bytes(2 * k * n));
+                split::for_rows(bytes, kq * nr * 4, workers, |jp, dst| panel((jp, dst)));
             }
             Group::Pair => {
                 let kp = k.div_ceil(2);
@@ -837,18 +827,11 @@ impl Product<'_> {
         );
         let (mr, nr) = r.path.tile();
         let (mb, nb) = (m.div_ceil(mr), n.div_ceil(nr));
-        // Column chunks of whole panels, about 64K multiply-adds per task at the least.
-        let threads = if parallel {
-            rayon::current_num_threads()
-        } else {
-            1
-        };
-        let work = m * n * k.max(1);
-        let tasks = if threads <= 1 || work < 1 << 18 {
-            1
-        } else {
-            (threads * 4).min(mb * nb)
-        };
+        // Tiles are free to start: several tasks per worker even out a noisy machine.
+        let threads = if parallel { split::threads() } else { 1 };
+        let workers = split::workers(Cost::flops(2 * m * n * k.max(1)), threads);
+        let tasks = (workers * split::BALANCE).min(mb * nb);
+        let tasks = if workers <= 1 { 1 } else { tasks };
         // Split over columns first (activations are the big side of a convolution), then rows.
         let ncols = nb.min(tasks);
         let nrows = (tasks / ncols).clamp(1, mb);
@@ -914,12 +897,7 @@ impl Product<'_> {
                 }
             }
         };
-        let total = ncols * nrows;
-        if total == 1 {
-            task(0);
-        } else {
-            (0..total).into_par_iter().for_each(task);
-        }
+        split::for_each_task(ncols * nrows, true, task);
         Ok(())
     }
 

@@ -4,12 +4,10 @@
 //! rows of C in registers, and store each strip through the usual epilogue.
 
 use super::{store_scalar, Isa, Problem, SendPtr, Src, KC, MR, NR};
+use crate::split::{self, Cost};
 
 /// Largest `m` taken by the streaming path.
 pub(crate) const GEMV_MAX_M: usize = 4;
-
-/// Multiply-accumulates per rayon task below which the strips stay on one thread.
-const PAR_MACS: usize = 1 << 14;
 
 /// Accumulator rows of one strip (only the first `m` are used).
 type Acc = [[f32; NR]; MR];
@@ -139,24 +137,20 @@ impl Problem<'_> {
     pub(crate) unsafe fn run_gemv(&self, c: *mut f32, rsc: usize, parallel: bool) {
         let a = self.dense_a();
         let strips = self.n.div_ceil(NR);
-        let threads = if parallel {
-            rayon::current_num_threads()
-        } else {
-            1
-        };
-        let tasks = threads.min(self.n * self.k / PAR_MACS).clamp(1, strips);
-        if tasks <= 1 {
+        let threads = if parallel { split::threads() } else { 1 };
+        // Bound by streaming B once.
+        let cost = Cost::bytes(self.n * self.k * size_of::<f32>());
+        let tasks = split::cut(strips, 1, split::workers(cost, threads), 1);
+        if !tasks.parallel() {
             // SAFETY: forwarded from the caller.
             unsafe { self.gemv_strips(&a, 0, strips, c, rsc) };
             return;
         }
-        let chunk = strips.div_ceil(tasks);
         let cp = SendPtr(c);
-        use rayon::prelude::*;
-        (0..strips.div_ceil(chunk)).into_par_iter().for_each(|t| {
-            let (s0, s1) = (t * chunk, ((t + 1) * chunk).min(strips));
+        split::for_each_task(tasks.count, true, |t| {
+            let r = tasks.range(t, strips);
             // SAFETY: tasks write disjoint column strips of the caller's C.
-            unsafe { self.gemv_strips(&a, s0, s1, cp.get(), rsc) };
+            unsafe { self.gemv_strips(&a, r.start, r.end, cp.get(), rsc) };
         });
     }
 }

@@ -13,6 +13,7 @@ mod gemv;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
+use crate::split::{self, Cost};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch};
 use ferrolite_core::OpResult;
@@ -729,7 +730,8 @@ impl Problem<'_> {
         };
         let (m, k, n) = (self.m, self.k, self.n);
         let flops = 2 * m * n * k.max(1);
-        let tasks = rayon::current_num_threads().min(flops / (1 << 18)).max(1);
+        // One task per worker: each packs its own block of A or B.
+        let tasks = split::workers(Cost::flops(flops), split::threads());
         let block = |c: *mut f32, m0: usize, m1: usize, n0: usize, n1: usize| {
             scratch.with_thread(|carve| {
                 let mut packs = Packs::carve(carve, self.packing_for())?;
@@ -745,14 +747,13 @@ impl Problem<'_> {
         let cp = SendPtr(c);
         let split_n = n.div_ceil(NR) >= m.div_ceil(MR) || m < 2 * MR;
         let (len, unit) = if split_n { (n, NR) } else { (m, MR) };
-        let chunk = len.div_ceil(tasks).div_ceil(unit) * unit;
-        use rayon::prelude::*;
-        (0..len.div_ceil(chunk)).into_par_iter().try_for_each(|t| {
-            let (s, e) = (t * chunk, ((t + 1) * chunk).min(len));
+        let tasks = split::cut(len, unit, tasks, 1);
+        split::try_for_each_task(tasks.count, true, |t| {
+            let r = tasks.range(t, len);
             if split_n {
-                block(cp.get(), 0, m, s, e)
+                block(cp.get(), 0, m, r.start, r.end)
             } else {
-                block(cp.get(), s, e, 0, n)
+                block(cp.get(), r.start, r.end, 0, n)
             }
         })
     }

@@ -1,12 +1,9 @@
-//! Shared helpers for the f32 kernels of the cheap ops (elementwise, pooling, softmax,
-//! reductions, normalisations, data movement).
+//! A kernel's access to its tensors: inputs and outputs checked against the shapes it was
+//! built for, and the in-place stepping of the element-wise kernels. How work spreads over
+//! threads is [`crate::split`]'s.
 
 use ferrolite_core::plan::KernelRequest;
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
-use rayon::prelude::*;
-
-/// Below this many output elements a kernel stays on the calling thread.
-pub(crate) const PAR_MIN: usize = 1 << 14;
 
 /// Shape of input `i` when it is present and f32; else the reason a kernel passes.
 pub(crate) fn f32_shape<'a>(req: &KernelRequest<'a>, i: usize) -> Result<&'a [usize], String> {
@@ -74,26 +71,6 @@ pub(crate) fn output_bytes(outputs: &mut [Tensor], i: usize, numel: usize) -> Op
     Ok(t.bytes_mut())
 }
 
-/// Calls `f(start, chunk)` over `out` split in chunks (multiples of `align` elements), in
-/// parallel when `out` is large; `work` scales the size threshold (cost per element).
-pub(crate) fn for_chunks<T: Send, F>(out: &mut [T], align: usize, work: usize, f: F)
-where
-    F: Fn(usize, &mut [T]) + Sync,
-{
-    let n = out.len();
-    let threads = rayon::current_num_threads();
-    let align = align.max(1);
-    if threads <= 1 || n.saturating_mul(work.max(1)) < PAR_MIN || n <= align {
-        f(0, out);
-        return;
-    }
-    let min_chunk = (PAR_MIN / 4 / work.max(1)).max(1);
-    let chunk = n.div_ceil(threads * 4).max(min_chunk).div_ceil(align) * align;
-    out.par_chunks_mut(chunk)
-        .enumerate()
-        .for_each(|(i, c)| f(i * chunk, c));
-}
-
 /// Elements per step when a kernel runs over its own output (in place).
 pub(crate) const IN_PLACE_STEP: usize = 512;
 
@@ -106,24 +83,5 @@ pub(crate) fn in_place_steps(y: &mut [f32], mut f: impl FnMut(usize, &[f32], &mu
         let src = &mut tmp[..dst.len()];
         src.copy_from_slice(dst);
         f(k * IN_PLACE_STEP, src, dst);
-    }
-}
-
-/// Like [`for_chunks`] but fallible.
-pub(crate) fn try_for_chunks<F>(out: &mut [f32], align: usize, work: usize, f: F) -> OpResult<()>
-where
-    F: Fn(usize, &mut [f32]) -> OpResult<()> + Sync,
-{
-    let err = std::sync::Mutex::new(None);
-    for_chunks(out, align, work, |s, c| {
-        if let Err(e) = f(s, c) {
-            if let Ok(mut g) = err.lock() {
-                *g = Some(e);
-            }
-        }
-    });
-    match err.into_inner().ok().flatten() {
-        Some(e) => Err(e),
-        None => Ok(()),
     }
 }
