@@ -6,6 +6,7 @@
 
 use crate::infer::{check_prototype, check_results, infer_node, node_error};
 use crate::op::InferInput;
+use crate::prepacked::Prepacks;
 use crate::registry::{Considered, Selection};
 use crate::scratch::{Scratch, ScratchNeed};
 use crate::{Error, Graph, Node, Op, OpResult, Result, Storage, Tensor, TensorInfo, ValueId};
@@ -102,6 +103,9 @@ pub struct KernelRequest<'a> {
     /// Input dtypes and shapes, with values for constants (weights to prepack).
     pub inputs: &'a [Option<InferInput<'a>>],
     pub outputs: &'a [TensorInfo],
+    /// Where the kernel takes its prepacked weights ([`Prepacks::take`]): recorded for an
+    /// optimized model, or stored in one.
+    pub packs: &'a Prepacks,
 }
 
 /// Supplies optimised kernels for a device. Returning `None` falls back to the reference.
@@ -392,6 +396,17 @@ impl Plan {
         dynamic: &HashSet<String>,
         provider: Option<&dyn KernelProvider>,
     ) -> Result<Plan> {
+        Plan::build_with_prepacks(graph, dynamic, provider, Prepacks::none())
+    }
+
+    /// [`Plan::build`] whose kernels record their prepacked weights into `packs`, or take
+    /// stored ones from it (see [`crate::prepacked`]).
+    pub fn build_with_prepacks(
+        graph: &Graph,
+        dynamic: &HashSet<String>,
+        provider: Option<&dyn KernelProvider>,
+        packs: &Prepacks,
+    ) -> Result<Plan> {
         let mut slots = SlotTable::default();
         let mut input_types = Vec::new();
         for (i, &v) in graph.inputs.iter().enumerate() {
@@ -435,8 +450,9 @@ impl Plan {
                     node,
                     inputs: &infer_inputs,
                     outputs: &outputs,
+                    packs,
                 };
-                crate::prepacked::set_node(&node.name);
+                packs.set_node(&node.name);
                 // Strings, sequences and optionals are not bytes: only reference
                 // implementations handle them.
                 let bytes_only = infer_inputs.iter().flatten().all(|x| x.dtype.is_bytes())

@@ -1,24 +1,25 @@
 //! Prepacked weights that outlive a process: the transformed copies of weights kernels make at
 //! prerun (GEMM panels, blocked convolution weights, Winograd-transformed filters) go through
-//! [`take`], so that an optimized model (`ferrolite opt`, docs/format.md) can store them and a
-//! later load can use them straight from its memory map instead of packing again.
+//! [`Prepacks::take`], so that an optimized model (`ferrolite opt`, docs/format.md) can store
+//! them and a later load can use them straight from its memory map instead of packing again.
 //!
-//! While a plan is built, [`crate::plan::Plan::build`] names the node and the registry names the
-//! kernel being tried; each buffer a kernel takes is the next of that (node, kernel) pair.
-//! Under [`record`], the buffers made are kept; under [`replay`], a stored buffer is handed
-//! back when its description (the dims that decide the layout), dtype and length match, and
-//! otherwise the kernel packs as usual. Outside both, [`take`] just packs.
+//! A plan build carries one [`Prepacks`] in every [`crate::plan::KernelRequest`]: the plan
+//! builder names the node and the registry names the kernel being tried, and each buffer a
+//! kernel takes is the next of that (node, kernel) pair. A [`Prepacks::recording`] keeps the
+//! buffers made; a [`Prepacks::replaying`] hands a stored buffer back when its description
+//! (the dims that decide the layout), dtype and length match, and otherwise the kernel packs
+//! as usual. [`Prepacks::none`] just packs.
 //!
 //! Only numeric payloads (weights, biases, scales) may be taken this way, never indices or
 //! offsets that a kernel trusts: a stored buffer comes from a file, and wrong numbers there
 //! may give wrong results but must not reach memory out of bounds.
 
 use crate::{DType, Elem, Tensor};
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Deref;
+use std::sync::{Mutex, MutexGuard};
 
 /// Where one prepacked buffer belongs.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -42,6 +43,8 @@ pub struct PackedRecord {
 }
 
 enum Mode {
+    /// Pack, keep nothing.
+    Off,
     Record(Vec<PackedRecord>),
     /// The stored buffers, and how many of them were taken.
     Replay(HashMap<PackKey, PackedRecord>, usize),
@@ -54,168 +57,173 @@ struct Context {
     seq: u32,
 }
 
-thread_local! {
-    static CONTEXT: RefCell<Option<Context>> = const { RefCell::new(None) };
+/// The prepacked buffers of one plan build: what its kernels' takes record, or the stored
+/// buffers that answer them. Shared by reference through the build's kernel requests.
+pub struct Prepacks {
+    context: Mutex<Context>,
 }
 
-fn with_context<R>(f: impl FnOnce(&mut Context) -> R) -> Option<R> {
-    CONTEXT.with(|c| c.borrow_mut().as_mut().map(f))
-}
+/// The [`Prepacks`] of builds that neither record nor replay.
+static NONE: Prepacks = Prepacks::new(Mode::Off);
 
-/// Runs `f` with `mode` active on this thread, restoring what was there before.
-fn scoped<R>(mode: Mode, f: impl FnOnce() -> R) -> (R, Mode) {
-    let fresh = Context {
-        mode,
-        node: String::new(),
-        kernel: String::new(),
-        seq: 0,
-    };
-    // The outer context comes back when this returns, or if `f` unwinds.
-    struct Restore(Option<Context>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let outer = self.0.take();
-            CONTEXT.with(|c| *c.borrow_mut() = outer);
+impl Prepacks {
+    const fn new(mode: Mode) -> Prepacks {
+        Prepacks {
+            context: Mutex::new(Context {
+                mode,
+                node: String::new(),
+                kernel: String::new(),
+                seq: 0,
+            }),
         }
     }
-    let restore = Restore(CONTEXT.with(|c| c.borrow_mut().replace(fresh)));
-    let r = f();
-    let ours = CONTEXT.with(|c| c.borrow_mut().take());
-    drop(restore);
-    (r, ours.map_or(Mode::Record(Vec::new()), |c| c.mode))
-}
 
-/// Runs `f` with no context, then puts this thread's back.
-fn suspended<R>(f: impl FnOnce() -> R) -> R {
-    scoped_none(f)
-}
+    /// Builds that pack as usual and keep nothing.
+    pub fn none() -> &'static Prepacks {
+        &NONE
+    }
 
-fn scoped_none<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Context>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let outer = self.0.take();
-            CONTEXT.with(|c| *c.borrow_mut() = outer);
+    /// A build whose kernels' buffers are kept ([`Prepacks::into_records`]).
+    pub fn recording() -> Prepacks {
+        Prepacks::new(Mode::Record(Vec::new()))
+    }
+
+    /// A build whose kernels get `records` where they match ([`Prepacks::used`] counts them).
+    pub fn replaying(records: &[PackedRecord]) -> Prepacks {
+        let map = records.iter().map(|r| (r.key.clone(), r.clone())).collect();
+        Prepacks::new(Mode::Replay(map, 0))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Context> {
+        // A build that panicked holding it leaves nothing half-written that matters here.
+        self.context.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The buffers recorded (none unless [`Prepacks::recording`]).
+    pub fn into_records(self) -> Vec<PackedRecord> {
+        let context = self.context.into_inner().unwrap_or_else(|e| e.into_inner());
+        match context.mode {
+            Mode::Record(records) => records,
+            _ => Vec::new(),
         }
     }
-    let _restore = Restore(CONTEXT.with(|c| c.borrow_mut().take()));
-    f()
-}
 
-/// Runs `f` (a plan build) and returns the prepacked buffers its kernels made.
-pub fn record<R>(f: impl FnOnce() -> R) -> (R, Vec<PackedRecord>) {
-    match scoped(Mode::Record(Vec::new()), f) {
-        (r, Mode::Record(records)) => (r, records),
-        (r, Mode::Replay(..)) => (r, Vec::new()),
+    /// How many stored buffers were taken (the others were packed again: another layout, or
+    /// not asked for).
+    pub fn used(&self) -> usize {
+        match self.lock().mode {
+            Mode::Replay(_, used) => used,
+            _ => 0,
+        }
     }
-}
 
-/// Runs `f` (a plan build) with `records` answering the kernels' [`take`]s; also returns how
-/// many of them were taken (the others were packed again: another layout, or not asked for).
-pub fn replay<R>(records: &[PackedRecord], f: impl FnOnce() -> R) -> (R, usize) {
-    let map = records.iter().map(|r| (r.key.clone(), r.clone())).collect();
-    match scoped(Mode::Replay(map, 0), f) {
-        (r, Mode::Replay(_, used)) => (r, used),
-        (r, Mode::Record(_)) => (r, 0),
+    /// Whether this build records or replays: otherwise kernels pack as usual and need not
+    /// prepare for a stored copy.
+    pub fn active(&self) -> bool {
+        !matches!(self.lock().mode, Mode::Off)
     }
-}
 
-/// Whether a [`record`] or [`replay`] is active on this thread: outside them, kernels pack
-/// as usual and need not prepare for a stored copy.
-pub fn active() -> bool {
-    CONTEXT.with(|c| c.borrow().is_some())
-}
-
-/// The node whose kernel is chosen next (called by the plan builder).
-pub fn set_node(name: &str) {
-    with_context(|c| {
+    /// The node whose kernel is chosen next (called by the plan builder).
+    pub fn set_node(&self, name: &str) {
+        let mut c = self.lock();
+        if matches!(c.mode, Mode::Off) {
+            return;
+        }
         c.node.clear();
         c.node.push_str(name);
         c.kernel.clear();
         c.seq = 0;
-    });
-}
+    }
 
-/// The kernel tried next for the current node (called by the registry).
-pub fn set_kernel(name: &str) {
-    with_context(|c| {
+    /// The kernel tried next for the current node (called by the registry).
+    pub fn set_kernel(&self, name: &str) {
+        let mut c = self.lock();
+        if matches!(c.mode, Mode::Off) {
+            return;
+        }
         c.kernel.clear();
         c.kernel.push_str(name);
         c.seq = 0;
-    });
-}
+    }
 
-/// Drops what the kernels passed over for `node` made while they were tried: only the picked
-/// kernel's buffers are worth storing.
-pub fn keep_only(node: &str, picked: Option<&str>) {
-    with_context(|c| {
-        if let Mode::Record(records) = &mut c.mode {
+    /// Drops what the kernels passed over for `node` made while they were tried: only the
+    /// picked kernel's buffers are worth storing.
+    pub fn keep_only(&self, node: &str, picked: Option<&str>) {
+        if let Mode::Record(records) = &mut self.lock().mode {
             records.retain(|r| r.key.node != node || Some(r.key.kernel.as_str()) == picked);
         }
-    });
-}
-
-/// A prepacked buffer of `len` values whose layout `desc` determines: the stored one when a
-/// [`replay`] has it, else `pack()`.
-pub fn take<T: Elem>(desc: &[usize], len: usize, pack: impl FnOnce() -> Vec<T>) -> Packed<T> {
-    let all = try_take_all(desc, &[len], || {
-        Ok::<_, std::convert::Infallible>(vec![pack()])
-    });
-    match all {
-        Ok(mut v) => v.pop().unwrap_or_default(),
-        Err(never) => match never {},
     }
-}
 
-/// [`take`] for buffers made together (one pass over the weights fills them all), by a
-/// packing that may fail: all stored ones when a [`replay`] has every one of them, else
-/// `pack()` makes them all.
-pub fn try_take_all<T: Elem, E>(
-    desc: &[usize],
-    lens: &[usize],
-    pack: impl FnOnce() -> Result<Vec<Vec<T>>, E>,
-) -> Result<Vec<Packed<T>>, E> {
-    let desc: Vec<u64> = desc.iter().map(|&d| d as u64).collect();
-    let found = with_context(|c| {
-        let first = c.seq;
-        c.seq += lens.len() as u32;
-        let keys: Vec<PackKey> = (0..lens.len() as u32)
-            .map(|i| PackKey {
-                node: c.node.clone(),
-                kernel: c.kernel.clone(),
-                seq: first + i,
-            })
-            .collect();
-        let hits: Option<Vec<Tensor>> = match &c.mode {
-            Mode::Replay(map, _) => keys
-                .iter()
-                .zip(lens)
-                .map(|(key, &len)| {
-                    let r = map.get(key)?;
-                    let t = &r.tensor;
-                    let fits = r.desc == desc
-                        && t.dtype() == T::DTYPE
-                        && t.numel() == len
-                        && t.rank() == 1;
-                    fits.then(|| t.clone())
-                })
-                .collect(),
-            Mode::Record(_) => None,
-        };
-        if let (Some(h), Mode::Replay(_, used)) = (&hits, &mut c.mode) {
-            *used += h.len();
+    /// A prepacked buffer of `len` values whose layout `desc` determines: the stored one when
+    /// replaying has it, else `pack()`.
+    pub fn take<T: Elem>(
+        &self,
+        desc: &[usize],
+        len: usize,
+        pack: impl FnOnce() -> Vec<T>,
+    ) -> Packed<T> {
+        let all = self.try_take_all(desc, &[len], || {
+            Ok::<_, std::convert::Infallible>(vec![pack()])
+        });
+        match all {
+            Ok(mut v) => v.pop().unwrap_or_default(),
+            Err(never) => match never {},
         }
-        (keys, hits)
-    });
-    let keys = match found {
-        None => return Ok(pack()?.into_iter().map(Packed::from_vec).collect()),
-        Some((_, Some(stored))) => return Ok(stored.into_iter().map(Packed::shared).collect()),
-        Some((keys, None)) => keys,
-    };
-    // Takes nested inside `pack` (a GEMM packing inside a kernel's own) belong to it.
-    let made = suspended(pack)?;
-    with_context(|c| {
-        if let Mode::Record(records) = &mut c.mode {
+    }
+
+    /// [`Prepacks::take`] for buffers made together (one pass over the weights fills them
+    /// all), by a packing that may fail: all stored ones when replaying has every one of them,
+    /// else `pack()` makes them all. A packing that takes buffers of its own (a GEMM's inside
+    /// a kernel's) does so through [`Prepacks::none`]: they belong to this one.
+    pub fn try_take_all<T: Elem, E>(
+        &self,
+        desc: &[usize],
+        lens: &[usize],
+        pack: impl FnOnce() -> Result<Vec<Vec<T>>, E>,
+    ) -> Result<Vec<Packed<T>>, E> {
+        let desc: Vec<u64> = desc.iter().map(|&d| d as u64).collect();
+        let keys = {
+            let mut c = self.lock();
+            if matches!(c.mode, Mode::Off) {
+                drop(c);
+                return Ok(pack()?.into_iter().map(Packed::from_vec).collect());
+            }
+            let first = c.seq;
+            c.seq += lens.len() as u32;
+            let keys: Vec<PackKey> = (0..lens.len() as u32)
+                .map(|i| PackKey {
+                    node: c.node.clone(),
+                    kernel: c.kernel.clone(),
+                    seq: first + i,
+                })
+                .collect();
+            let hits: Option<Vec<Tensor>> = match &c.mode {
+                Mode::Replay(map, _) => keys
+                    .iter()
+                    .zip(lens)
+                    .map(|(key, &len)| {
+                        let r = map.get(key)?;
+                        let t = &r.tensor;
+                        let fits = r.desc == desc
+                            && t.dtype() == T::DTYPE
+                            && t.numel() == len
+                            && t.rank() == 1;
+                        fits.then(|| t.clone())
+                    })
+                    .collect(),
+                _ => None,
+            };
+            if let Some(stored) = hits {
+                if let Mode::Replay(_, used) = &mut c.mode {
+                    *used += stored.len();
+                }
+                return Ok(stored.into_iter().map(Packed::shared).collect());
+            }
+            keys
+        };
+        // Packed without the lock held: a packing may spread over threads.
+        let made = pack()?;
+        if let Mode::Record(records) = &mut self.lock().mode {
             for (key, values) in keys.into_iter().zip(&made) {
                 if let Ok(tensor) = Tensor::from_slice(&[values.len()], values) {
                     records.push(PackedRecord {
@@ -226,8 +234,20 @@ pub fn try_take_all<T: Elem, E>(
                 }
             }
         }
-    });
-    Ok(made.into_iter().map(Packed::from_vec).collect())
+        Ok(made.into_iter().map(Packed::from_vec).collect())
+    }
+}
+
+impl fmt::Debug for Prepacks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = self.lock();
+        let mode = match &c.mode {
+            Mode::Off => "none".to_string(),
+            Mode::Record(r) => format!("recording, {} buffers", r.len()),
+            Mode::Replay(m, used) => format!("replaying, {used} of {} taken", m.len()),
+        };
+        write!(f, "Prepacks({mode})")
+    }
 }
 
 /// A kernel's prepacked values: its own, or a stored buffer viewed in place (a memory map).
@@ -366,43 +386,43 @@ impl<T: Elem> Default for Packed<T> {
 mod tests {
     use super::*;
 
-    fn build(node: &str, kernel: &str) -> (Packed<f32>, Packed<i32>) {
-        set_node(node);
-        set_kernel(kernel);
-        let a = take(&[4], 4, || vec![1.0f32, 2.0, 3.0, 4.0]);
-        let b = take(&[2, 1], 2, || vec![7i32, 8]);
+    fn build(packs: &Prepacks, node: &str, kernel: &str) -> (Packed<f32>, Packed<i32>) {
+        packs.set_node(node);
+        packs.set_kernel(kernel);
+        let a = packs.take(&[4], 4, || vec![1.0f32, 2.0, 3.0, 4.0]);
+        let b = packs.take(&[2, 1], 2, || vec![7i32, 8]);
         (a, b)
     }
 
     #[test]
     fn recorded_buffers_come_back_in_place() {
-        // Outside a record or replay: just packed.
-        let (a, _) = build("n", "k");
+        // Neither recording nor replaying: just packed.
+        let (a, _) = build(Prepacks::none(), "n", "k");
         assert!(!a.is_stored());
-        let (_, records) = record(|| {
-            build("n", "k");
-            // A kernel passed over for the same node: its buffers are dropped.
-            set_kernel("other");
-            take(&[1], 1, || vec![0.5f32]);
-            keep_only("n", Some("k"));
-        });
+        assert!(!Prepacks::none().active());
+        let recording = Prepacks::recording();
+        build(&recording, "n", "k");
+        // A kernel passed over for the same node: its buffers are dropped.
+        recording.set_kernel("other");
+        recording.take(&[1], 1, || vec![0.5f32]);
+        recording.keep_only("n", Some("k"));
+        let records = recording.into_records();
         assert_eq!(records.len(), 2);
         assert_eq!(records[1].key.seq, 1);
         let packed_again = std::cell::Cell::new(0);
-        let ((a, b), used) = replay(&records, || {
-            set_node("n");
-            set_kernel("k");
-            let a = take(&[4], 4, || {
-                packed_again.set(packed_again.get() + 1);
-                vec![0.0f32; 4]
-            });
-            // Another layout for the second buffer: packed again, not taken.
-            let b = take(&[2, 2], 2, || {
-                packed_again.set(packed_again.get() + 1);
-                vec![9i32, 9]
-            });
-            (a, b)
+        let replaying = Prepacks::replaying(&records);
+        replaying.set_node("n");
+        replaying.set_kernel("k");
+        let a = replaying.take(&[4], 4, || {
+            packed_again.set(packed_again.get() + 1);
+            vec![0.0f32; 4]
         });
+        // Another layout for the second buffer: packed again, not taken.
+        let b = replaying.take(&[2, 2], 2, || {
+            packed_again.set(packed_again.get() + 1);
+            vec![9i32, 9]
+        });
+        let used = replaying.used();
         assert!(a.is_stored());
         assert_eq!(&a[..], &[1.0, 2.0, 3.0, 4.0]);
         assert!(!b.is_stored());
@@ -414,21 +434,22 @@ mod tests {
         w.as_mut_slice()[0] = -1.0;
         assert_eq!(a[0], 1.0);
         assert_eq!(w[0], -1.0);
-        // The context is gone afterwards.
-        let (a, _) = build("n", "k");
+        // Builds without one are unaffected.
+        let (a, _) = build(Prepacks::none(), "n", "k");
         assert!(!a.is_stored());
     }
 
     #[test]
     fn a_stored_buffer_of_another_dtype_or_length_is_not_taken() {
-        let (_, records) = record(|| build("n", "k"));
-        replay(&records, || {
-            set_node("n");
-            set_kernel("k");
-            let a: Packed<i32> = take(&[4], 4, || vec![0; 4]);
-            assert!(!a.is_stored(), "dtype differs");
-            let b: Packed<i32> = take(&[2, 1], 3, || vec![0; 3]);
-            assert!(!b.is_stored(), "length differs");
-        });
+        let recording = Prepacks::recording();
+        build(&recording, "n", "k");
+        let replaying = Prepacks::replaying(&recording.into_records());
+        replaying.set_node("n");
+        replaying.set_kernel("k");
+        let a: Packed<i32> = replaying.take(&[4], 4, || vec![0; 4]);
+        assert!(!a.is_stored(), "dtype differs");
+        let b: Packed<i32> = replaying.take(&[2, 1], 3, || vec![0; 3]);
+        assert!(!b.is_stored(), "length differs");
+        assert_eq!(replaying.used(), 0);
     }
 }

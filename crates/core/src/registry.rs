@@ -225,7 +225,7 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
             } else if selection.kernel.is_some() {
                 Verdict::NotTried
             } else {
-                crate::prepacked::set_kernel(e.name);
+                req.packs.set_kernel(e.name);
                 match e
                     .dtypes
                     .check(req)
@@ -248,7 +248,7 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
             .iter()
             .find(|c| matches!(c.verdict, Verdict::Picked))
             .map(|c| c.kernel);
-        crate::prepacked::keep_only(&req.node.name, picked);
+        req.packs.keep_only(&req.node.name, picked);
         selection
     }
 
@@ -308,6 +308,7 @@ mod tests {
             node: &n,
             inputs: &inputs,
             outputs: &outputs,
+            packs: crate::prepacked::Prepacks::none(),
         };
         r.select_nonempty(&req, &())
     }

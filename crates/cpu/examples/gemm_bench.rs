@@ -2,6 +2,7 @@
 //! --example gemm_bench [M,K,N ...]`. Prints the median GFLOP/s per shape (packed A,
 //! row-major B), for a default list of conv-like shapes or the ones given.
 
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_cpu::gemm::{
     Epilogue, Gemm, MatMut, MatRef, Operand, Packing, PackingFor, Packs, Side,
@@ -52,6 +53,7 @@ fn main() {
                     cs: 1,
                 },
                 Side::A,
+                Prepacks::none(),
             )
             .unwrap();
         // The packing buffers, allocated once as a plan's scratch is.

@@ -17,6 +17,7 @@ use crate::Sgemm;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::{Conv, ConvShapes};
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
@@ -367,7 +368,15 @@ pub(crate) fn register(r: &mut Registry) {
             let tile = crate::winograd::tile_for(&s)
                 .ok_or("needs a 3x3 stride-1 convolution big enough for Winograd to pay")?
                 .within(r.cx.precision);
-            let k = WinogradKernel::new(r.cx.gemm(), tile, &s, c.activation, x, constant(r.req, 1));
+            let k = WinogradKernel::new(
+                r.cx.gemm(),
+                tile,
+                &s,
+                c.activation,
+                x,
+                constant(r.req, 1),
+                r.req.packs,
+            );
             built(k, "constant weights")
         },
     );
@@ -379,7 +388,15 @@ pub(crate) fn register(r: &mut Registry) {
         Layout::Plain,
         |c, r| {
             let (x, w, s) = conv_shapes(c, r)?;
-            let k = ConvKernel::new(r.cx.gemm(), s, c.activation, x, w, constant(r.req, 1));
+            let k = ConvKernel::new(
+                r.cx.gemm(),
+                s,
+                c.activation,
+                x,
+                w,
+                constant(r.req, 1),
+                r.req.packs,
+            );
             built(k, "a 1-D, 2-D or 3-D convolution")
         },
     );
@@ -409,6 +426,7 @@ impl ConvKernel {
         x_shape: &[usize],
         w_shape: &[usize],
         w_value: Option<&Tensor>,
+        packs: &Prepacks,
     ) -> OpResult<Option<ConvKernel>> {
         let Some(geo) = Geo3::new(&s) else {
             return Ok(None);
@@ -432,7 +450,14 @@ impl ConvKernel {
                         rs: kdim,
                         cs: 1,
                     };
-                    per.push(crate::gemm::Gemm::pack(&gemm, mg, kdim, src, Side::A)?);
+                    per.push(crate::gemm::Gemm::pack(
+                        &gemm,
+                        mg,
+                        kdim,
+                        src,
+                        Side::A,
+                        packs,
+                    )?);
                 }
                 Some(per)
             }

@@ -12,6 +12,7 @@ use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTranspose;
 use ferrolite_core::ops::linalg::conv_transpose::ConvTransposeShapes;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
@@ -37,6 +38,7 @@ impl ConvTransposeKernel {
         x_shape: &[usize],
         w_shape: &[usize],
         w_value: Option<&Tensor>,
+        packs: &Prepacks,
     ) -> OpResult<Option<ConvTransposeKernel>> {
         if s.input.len() != 2 || s.strides.contains(&0) || s.group == 0 {
             return Ok(None);
@@ -62,7 +64,7 @@ impl ConvTransposeKernel {
                         rs: 1,
                         cs: mg * ks,
                     };
-                    per.push(gemm.pack(mg * ks, cg, src, Side::A)?);
+                    per.push(gemm.pack(mg * ks, cg, src, Side::A, packs)?);
                 }
                 Some(per)
             }
@@ -422,8 +424,15 @@ pub(crate) fn register(r: &mut Registry) {
             let x = f32_shape(r.req, 0)?;
             let w = f32_shape(r.req, 1)?;
             let s = c.shapes(x, w).map_err(|e| e.to_string())?;
-            let k =
-                ConvTransposeKernel::new(r.cx.gemm(), s, c.activation, x, w, constant(r.req, 1));
+            let k = ConvTransposeKernel::new(
+                r.cx.gemm(),
+                s,
+                c.activation,
+                x,
+                w,
+                constant(r.req, 1),
+                r.req.packs,
+            );
             built(k, "a 2-D transposed convolution")
         },
     );

@@ -11,6 +11,7 @@ use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::fully_connected::fc_dims;
 use ferrolite_core::ops::linalg::fully_connected::FullyConnected;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
@@ -37,12 +38,13 @@ impl FullyConnectedKernel {
         w: &[usize],
         w_value: Option<&Tensor>,
         bias: Option<&[usize]>,
+        packs: &Prepacks,
     ) -> OpResult<FullyConnectedKernel> {
         let (m, k, n, _) = fc_dims(x, w, bias)?;
         let packed = match w_value {
             Some(t) => {
                 let data = t.as_slice::<f32>()?;
-                Some(gemm.pack(k, n, MatRef { data, rs: n, cs: 1 }, Side::B)?)
+                Some(gemm.pack(k, n, MatRef { data, rs: n, cs: 1 }, Side::B, packs)?)
             }
             None => None,
         };
@@ -177,6 +179,7 @@ pub(crate) fn register(r: &mut Registry) {
                 w,
                 constant(r.req, 1),
                 shape(r.req, 2),
+                r.req.packs,
             );
             built(k.map(Some), "")
         },

@@ -4,7 +4,7 @@
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
 pub use crate::sgemm::{Packing, PackingFor, Packs};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
-use ferrolite_core::prepacked::{self, Packed};
+use ferrolite_core::prepacked::{Packed, Prepacks};
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult};
 use std::fmt::Debug;
@@ -193,7 +193,16 @@ pub trait Gemm: Debug + Send + Sync {
     ) -> OpResult<()>;
 
     /// Packs a `rows x cols` matrix for use as the given side of many products.
-    fn pack(&self, rows: usize, cols: usize, src: MatRef, side: Side) -> OpResult<PackedMatrix>;
+    /// An optimized model may hold the packed copy already (`packs`, see
+    /// `ferrolite_core::prepacked`).
+    fn pack(
+        &self,
+        rows: usize,
+        cols: usize,
+        src: MatRef,
+        side: Side,
+        packs: &Prepacks,
+    ) -> OpResult<PackedMatrix>;
 
     /// `C = alpha * A * B + beta * C` (BLAS convention; with `beta` 0, C is not read).
     #[allow(clippy::too_many_arguments)]
@@ -393,13 +402,20 @@ impl Gemm for Sgemm {
         Ok(())
     }
 
-    fn pack(&self, rows: usize, cols: usize, src: MatRef, side: Side) -> OpResult<PackedMatrix> {
+    fn pack(
+        &self,
+        rows: usize,
+        cols: usize,
+        src: MatRef,
+        side: Side,
+        packs: &Prepacks,
+    ) -> OpResult<PackedMatrix> {
         check(rows, cols, src.data.len(), src.rs, src.cs, "packed matrix")?;
         // A stored copy from an optimized model when there is one (the layout depends only on
         // the side, the shape and the panel widths).
         let len = PackedMatrix::packed_len(rows, cols, side);
         let desc = [side as usize, rows, cols, MR, NR];
-        let data = prepacked::take(&desc, len, || match side {
+        let data = packs.take(&desc, len, || match side {
             // Lines are rows of A (stride rs), depth along columns.
             Side::A => pack_full(src.data, src.rs, src.cs, rows, cols, MR),
             // Lines are columns of B, depth along rows.
@@ -438,6 +454,7 @@ mod tests {
                         cs: 1,
                     },
                     Side::A,
+                    Prepacks::none(),
                 )
                 .unwrap();
             let mut blocks = PackedMatrix::zeros_a(rows, cols);
@@ -661,8 +678,8 @@ mod tests {
                         }
                     };
                     let want = naive(m, k, n, a, b);
-                    let pa = g.pack(m, k, a, Side::A).unwrap();
-                    let pb = g.pack(k, n, b, Side::B).unwrap();
+                    let pa = g.pack(m, k, a, Side::A, Prepacks::none()).unwrap();
+                    let pb = g.pack(k, n, b, Side::B, Prepacks::none()).unwrap();
                     let acts = [
                         None,
                         Some(UnaryKind::Relu),
@@ -788,6 +805,7 @@ mod bench {
                         cs: 1,
                     },
                     Side::A,
+                    Prepacks::none(),
                 )
                 .unwrap();
             let pb = (m <= 4).then(|| {
@@ -800,6 +818,7 @@ mod bench {
                         cs: 1,
                     },
                     Side::B,
+                    Prepacks::none(),
                 )
                 .unwrap()
             });

@@ -17,6 +17,7 @@ use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::ops::linalg::matmul::MatMulShapes;
 use ferrolite_core::ops::util::broadcast_offsets;
 use ferrolite_core::plan::Kernel;
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
@@ -48,6 +49,7 @@ impl MatMulKernel {
         a: &[usize],
         b: &[usize],
         b_value: Option<&Tensor>,
+        packs: &Prepacks,
     ) -> OpResult<MatMulKernel> {
         let s = MatMulShapes::new(a, b)?;
         let (a_index, b_index) = s.batch_indices();
@@ -63,7 +65,7 @@ impl MatMulKernel {
                         rs: n,
                         cs: 1,
                     };
-                    v.push(gemm.pack(k, n, src, Side::B)?);
+                    v.push(gemm.pack(k, n, src, Side::B, packs)?);
                 }
                 Some(v)
             }
@@ -207,6 +209,7 @@ impl GemmKernel {
         b: &[usize],
         c: Option<&[usize]>,
         b_value: Option<&Tensor>,
+        packs: &Prepacks,
     ) -> OpResult<GemmKernel> {
         let (m, k, n) = ferrolite_core::ops::linalg::gemm::gemm_dims(&op, a, b, c)?;
         let c_mode = match c {
@@ -235,6 +238,7 @@ impl GemmKernel {
                     cs: bcs,
                 },
                 Side::B,
+                packs,
             )?),
             None => None,
         };
@@ -374,7 +378,7 @@ pub(crate) fn register(r: &mut Registry) {
         Layout::Plain,
         |_, r| {
             let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
-            let k = MatMulKernel::new(r.cx.gemm(), a, b, constant(r.req, 1));
+            let k = MatMulKernel::new(r.cx.gemm(), a, b, constant(r.req, 1), r.req.packs);
             built(k.map(Some), "")
         },
     );
@@ -387,7 +391,15 @@ pub(crate) fn register(r: &mut Registry) {
         |g, r| {
             let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
             let c = shape(r.req, 2);
-            let k = GemmKernel::new(r.cx.gemm(), g.clone(), a, b, c, constant(r.req, 1));
+            let k = GemmKernel::new(
+                r.cx.gemm(),
+                g.clone(),
+                a,
+                b,
+                c,
+                constant(r.req, 1),
+                r.req.packs,
+            );
             built(k.map(Some), "")
         },
     );

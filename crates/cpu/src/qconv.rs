@@ -234,6 +234,7 @@ impl QConvKernel {
                             flip: flip(w.signed, true),
                             signed: true,
                         },
+                        r.packs,
                     )
                 })
                 .collect::<OpResult<Vec<_>>>()

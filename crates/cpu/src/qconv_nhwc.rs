@@ -215,6 +215,7 @@ impl QConvNhwcKernel {
                     flip: w_flip,
                     signed: true,
                 },
+                r.packs,
             )
             .map_err(|e| e.to_string())?;
             let indirect = indirect.then(|| {

@@ -10,6 +10,7 @@ use ferrolite_core::op::required;
 use ferrolite_core::ops::linalg::matmul::MatMulInteger;
 use ferrolite_core::ops::quant::{MatMulIntegerToFloat, QGemm, QLinearMatMul};
 use ferrolite_core::plan::{Kernel, KernelRequest};
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
@@ -59,6 +60,7 @@ fn pack_weights(
     (k, n): (usize, usize),
     transposed: bool,
     bq: &QParams,
+    packs: &Prepacks,
 ) -> Result<(Packed<'static>, Vec<i32>), String> {
     let (rs, cs) = if transposed { (k, 1) } else { (1, n) };
     let source = Source {
@@ -69,7 +71,7 @@ fn pack_weights(
         signed: true,
     };
     let packed =
-        Packed::new_weights(path, Side::Panels, k, n, source).map_err(|e| e.to_string())?;
+        Packed::new_weights(path, Side::Panels, k, n, source, packs).map_err(|e| e.to_string())?;
     let zero = per_column(&bq.zero, n)
         .into_iter()
         .map(|z| if bq.signed { z } else { z - 128 })
@@ -155,7 +157,7 @@ impl QMatMulKernel {
             return Err("needs one zero point for A".into());
         }
         let path = QPath::for_isa(isa);
-        let (packed, b_zero) = pack_weights(path, b_val, (k, n), false, &bq)?;
+        let (packed, b_zero) = pack_weights(path, b_val, (k, n), false, &bq, r.packs)?;
         let a_zero = if aq.signed {
             aq.zero[0] + 128
         } else {
@@ -225,7 +227,7 @@ impl QMatMulKernel {
             }
         };
         let path = QPath::for_isa(isa);
-        let (packed, b_zero) = pack_weights(path, b_val, (k, n), g.trans_b, &bq)?;
+        let (packed, b_zero) = pack_weights(path, b_val, (k, n), g.trans_b, &bq, r.packs)?;
         Ok(QMatMulKernel {
             path,
             a_shape: ai.shape.to_vec(),

@@ -586,6 +586,7 @@ fn unsupported_requests_fall_back() {
         node: &node,
         inputs: &infer_inputs,
         outputs: &outputs,
+        packs: ferrolite_core::prepacked::Prepacks::none(),
     };
     assert!(CpuBackend::default().kernel(&req).unwrap().is_none());
 }

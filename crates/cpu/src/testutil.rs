@@ -44,6 +44,7 @@ pub(crate) fn kernel_for(
         node: &node,
         inputs: &infer_inputs,
         outputs: &outputs,
+        packs: ferrolite_core::prepacked::Prepacks::none(),
     };
     let offered = provider.kernel(&req).unwrap();
     // No kernel takes an empty data input or output (the registry leaves them to the

@@ -26,7 +26,7 @@ use crate::split::{self, Cost};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
-use ferrolite_core::prepacked;
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 
@@ -284,6 +284,7 @@ impl WinogradKernel {
         activation: Option<UnaryKind>,
         x_shape: &[usize],
         w_value: Option<&Tensor>,
+        packs: &Prepacks,
     ) -> OpResult<Option<WinogradKernel>> {
         let g = &s.geometry;
         let fits = shaped(s) && s.in_channels >= 16;
@@ -298,37 +299,40 @@ impl WinogradKernel {
         let a = tile.patch();
         let len = PackedMatrix::packed_len(m, c, Side::A);
         // An optimized model may hold them already (see ferrolite_core::prepacked).
-        let u = prepacked::try_take_all(&[a, m, c, MR], &vec![len; a * a], || {
-            let mut u: Vec<PackedMatrix> =
-                (0..a * a).map(|_| PackedMatrix::zeros_a(m, c)).collect();
-            let block = 8 * MR;
-            let mut planes = vec![0f32; a * a * block * c];
-            for r0 in (0..m).step_by(block) {
-                let rows = block.min(m - r0);
-                let mut t = [0f64; 36];
-                for (f, filter) in wv[r0 * c * 9..(r0 + rows) * c * 9]
-                    .chunks_exact(9)
-                    .enumerate()
-                {
-                    transform_filter(filter, tile, &mut t);
-                    for (p, &v) in t[..a * a].iter().enumerate() {
-                        planes[p * block * c + f] = v as f32;
+        let u = packs
+            .try_take_all(&[a, m, c, MR], &vec![len; a * a], || {
+                let mut u: Vec<PackedMatrix> =
+                    (0..a * a).map(|_| PackedMatrix::zeros_a(m, c)).collect();
+                let block = 8 * MR;
+                let mut planes = vec![0f32; a * a * block * c];
+                for r0 in (0..m).step_by(block) {
+                    let rows = block.min(m - r0);
+                    let mut t = [0f64; 36];
+                    for (f, filter) in wv[r0 * c * 9..(r0 + rows) * c * 9]
+                        .chunks_exact(9)
+                        .enumerate()
+                    {
+                        transform_filter(filter, tile, &mut t);
+                        for (p, &v) in t[..a * a].iter().enumerate() {
+                            planes[p * block * c + f] = v as f32;
+                        }
+                    }
+                    for (p, up) in u.iter_mut().enumerate() {
+                        let src = MatRef {
+                            data: &planes[p * block * c..][..rows * c],
+                            rs: c,
+                            cs: 1,
+                        };
+                        up.pack_rows(r0, rows, src)?;
                     }
                 }
-                for (p, up) in u.iter_mut().enumerate() {
-                    let src = MatRef {
-                        data: &planes[p * block * c..][..rows * c],
-                        rs: c,
-                        cs: 1,
-                    };
-                    up.pack_rows(r0, rows, src)?;
-                }
-            }
-            Ok::<_, ferrolite_core::OpError>(u.into_iter().map(PackedMatrix::into_data).collect())
-        })?
-        .into_iter()
-        .map(|d| PackedMatrix::from_packed(m, c, Side::A, d))
-        .collect();
+                Ok::<_, ferrolite_core::OpError>(
+                    u.into_iter().map(PackedMatrix::into_data).collect(),
+                )
+            })?
+            .into_iter()
+            .map(|d| PackedMatrix::from_packed(m, c, Side::A, d))
+            .collect();
         Ok(Some(WinogradKernel {
             gemm,
             tile,
@@ -985,9 +989,17 @@ mod tests {
                     if s.geometry.output.iter().any(|&o| o < 4) {
                         continue;
                     }
-                    let k = WinogradKernel::new(gemm, tile, &s, act, x.shape(), Some(&wt))
-                        .unwrap()
-                        .expect("winograd applies");
+                    let k = WinogradKernel::new(
+                        gemm,
+                        tile,
+                        &s,
+                        act,
+                        x.shape(),
+                        Some(&wt),
+                        Prepacks::none(),
+                    )
+                    .unwrap()
+                    .expect("winograd applies");
                     let mut out =
                         [Tensor::zeros(ferrolite_core::DType::F32, want.shape()).unwrap()];
                     // Twice: the second run reuses the scratch buffers.
@@ -1071,6 +1083,7 @@ mod tests {
                 None,
                 x.shape(),
                 Some(&wt),
+                Prepacks::none(),
             );
             assert!(k.unwrap().is_none());
         }

@@ -15,7 +15,7 @@ use ferrolite_core::passes::{
     optimize_folding, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
 };
 use ferrolite_core::plan::{Backend, KernelProvider, Plan, ReferenceKernels};
-use ferrolite_core::prepacked;
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::tensor::{checked_numel, with_tensor_limit};
 use ferrolite_core::{
     DType, DeclaredType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo,
@@ -910,17 +910,22 @@ impl Session {
             )));
         }
         // The kernels take their prepacked weights from the file where it has them.
-        let (prepared, used) = prepacked::replay(&optimized.packed, || {
-            self.plan_as_is(&self.model.graph, types, fold)
-        });
-        let mut prepared = prepared?;
+        let stored = Prepacks::replaying(&optimized.packed);
+        let mut prepared = self.plan_as_is(&self.model.graph, types, fold, &stored)?;
+        let used = stored.used();
         prepared.stored_prepacked = (used, optimized.packed.len());
         Ok(prepared)
     }
 
     /// Plans a graph that has been through the passes already: shape inference and kernel
     /// selection only.
-    fn plan_as_is(&self, graph: &Graph, types: &[TensorInfo], fold: usize) -> Result<Prepared> {
+    fn plan_as_is(
+        &self,
+        graph: &Graph,
+        types: &[TensorInfo],
+        fold: usize,
+        packs: &Prepacks,
+    ) -> Result<Prepared> {
         let mut graph = graph.clone();
         if let Some(cap) = self.options.max_memory {
             cap_loop_bytes(&mut graph, usize::try_from(cap).unwrap_or(usize::MAX));
@@ -932,7 +937,7 @@ impl Session {
         } else {
             Arc::new(ReferenceKernels)
         };
-        let plan = Plan::build(&graph, &dynamic, Some(cpu.as_ref()))?;
+        let plan = Plan::build_with_prepacks(&graph, &dynamic, Some(cpu.as_ref()), packs)?;
         check_plan_memory(&graph, &plan, self.threads(), self.options.max_memory)?;
         Ok(Prepared {
             graph,
@@ -997,9 +1002,9 @@ impl Session {
             .zip(&shapes)
             .map(|(i, s)| TensorInfo::new(i.dtype, s.clone()))
             .collect();
-        let (planned, packed) =
-            prepacked::record(|| self.plan_as_is(&graph, &types, self.fold_limit()));
-        planned?;
+        let recording = Prepacks::recording();
+        self.plan_as_is(&graph, &types, self.fold_limit(), &recording)?;
+        let packed = recording.into_records();
         let optimized = Optimized {
             input_shapes: shapes,
             isa: self.kernels_name().to_string(),

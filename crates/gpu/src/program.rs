@@ -214,6 +214,7 @@ impl Program {
                 node,
                 inputs: &infer_inputs,
                 outputs: &outputs,
+                packs: ferrolite_core::prepacked::Prepacks::none(),
             };
             match kernels::lower(&req, &gpu.limits).map_err(|r| node_error(node, r))? {
                 Lowered::Alias => {

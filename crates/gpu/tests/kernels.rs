@@ -174,6 +174,7 @@ impl Case {
                 node,
                 inputs: &inputs,
                 outputs: &outputs,
+                packs: ferrolite_core::prepacked::Prepacks::none(),
             };
             if let Err(why) = gpu.supports(&req) {
                 panic!("{} ({}) is not supported: {why}", node.name, node.op.name());
@@ -955,6 +956,7 @@ fn verdict(
         node,
         inputs: &infer,
         outputs: &outputs,
+        packs: ferrolite_core::prepacked::Prepacks::none(),
     };
     gpu.supports(&req)
 }

@@ -164,6 +164,7 @@ pub fn partition(
                     node,
                     inputs: &inputs,
                     outputs: &outputs,
+                    packs: crate::prepacked::Prepacks::none(),
                 };
                 match device.supports(&req) {
                     Ok(()) => Placement::Device(usize::MAX),

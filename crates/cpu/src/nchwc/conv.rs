@@ -15,7 +15,7 @@ use crate::split::{self, Cost};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
-use ferrolite_core::prepacked::{self, Packed};
+use ferrolite_core::prepacked::{Packed, Prepacks};
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{OpResult, Tensor};
 
@@ -98,8 +98,8 @@ impl ConvKernel {
         blocked_input: bool,
         act: Option<UnaryKind>,
         x: &[usize],
-        w: &[f32],
-        bias: Option<&[f32]>,
+        (w, bias): (&[f32], Option<&[f32]>),
+        packs: &Prepacks,
     ) -> Option<Self> {
         let g = &s.geometry;
         if g.input.len() != 2 || !s.out_channels.is_multiple_of(B) {
@@ -137,7 +137,7 @@ impl ConvKernel {
         // when it holds them (ferrolite_core::prepacked).
         let kk = kh * kw;
         let desc = [oc_padded, groups, kk, group_len, wblock];
-        let weights = prepacked::take(&desc, oc_padded * ic * kk, || {
+        let weights = packs.take(&desc, oc_padded * ic * kk, || {
             let mut packed = vec![0f32; oc_padded * ic * kk];
             // In the source's order (o, c, tap), with the destination's index built up rather
             // than divided out per value.
@@ -153,7 +153,7 @@ impl ConvKernel {
             }
             packed
         });
-        let bias = prepacked::take(&[oc_padded], oc_padded, || {
+        let bias = packs.take(&[oc_padded], oc_padded, || {
             let mut b = bias.map_or_else(|| vec![0.0; oc], |b| b.to_vec());
             b.resize(oc_padded, 0.0);
             b

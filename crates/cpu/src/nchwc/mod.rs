@@ -304,11 +304,11 @@ fn blocked_conv(c: &Conv, r: &Req) -> Built {
         && blocked_input
         && winograd::pays(&s)
     {
-        let k = winograd::WinogradKernel::new(s.clone(), c.activation, x, w, bias);
+        let k = winograd::WinogradKernel::new(s.clone(), c.activation, x, w, bias, req.packs);
         if let Some(k) = k.map_err(|e| e.to_string())? {
             return Ok(Box::new(k));
         }
     }
-    let k = conv::ConvKernel::new(isa, s, blocked_input, c.activation, x, w, bias);
+    let k = conv::ConvKernel::new(isa, s, blocked_input, c.activation, x, (w, bias), req.packs);
     boxed(k, "a 2-D convolution")
 }

@@ -29,7 +29,7 @@ use crate::winograd::{transform_filter, WinogradTile};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::plan::Kernel;
-use ferrolite_core::prepacked::{self, Packed};
+use ferrolite_core::prepacked::{Packed, Prepacks};
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 
@@ -94,6 +94,7 @@ impl WinogradKernel {
         x: &[usize],
         w: &[f32],
         bias: Option<&[f32]>,
+        packs: &Prepacks,
     ) -> OpResult<Option<Self>> {
         let (c, m) = (s.in_channels, s.out_channels);
         if !pays(&s) || w.len() != m * c * 9 {
@@ -103,7 +104,7 @@ impl WinogradKernel {
         // it holds them (ferrolite_core::prepacked).
         let panels = m.div_ceil(PANEL);
         let len = P * panels * c * PANEL;
-        let u = prepacked::take(&[P, c, m, PANEL], len, || {
+        let u = packs.take(&[P, c, m, PANEL], len, || {
             let mut u = vec![0f32; len];
             let mut t = [0f64; 36];
             for (f, filter) in w.chunks_exact(9).enumerate() {

@@ -33,7 +33,7 @@ pub use line_bytes::{Bytes, LineBytes, Pairs, Store};
 
 use crate::split::{self, Cost};
 use crate::Isa;
-use ferrolite_core::prepacked;
+use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::scratch::{bytes_for, Carve};
 use ferrolite_core::{op_ensure, OpResult};
 
@@ -390,8 +390,9 @@ impl<'s> Packed<'s> {
         k: usize,
         len: usize,
         src: Source,
+        packs: &Prepacks,
     ) -> OpResult<Packed<'static>> {
-        if !prepacked::active() {
+        if !packs.active() {
             return Packed::new(path, side, k, len, src);
         }
         let (mr, nr) = path.tile();
@@ -420,13 +421,13 @@ impl<'s> Packed<'s> {
                 .ok()
                 .cloned()
         };
-        let bytes = prepacked::take(&desc, n_bytes, || {
+        let bytes = packs.take(&desc, n_bytes, || {
             made().map(|p| p.bytes.to_vec()).unwrap_or_default()
         });
-        let pairs = prepacked::take(&desc, n_pairs, || {
+        let pairs = packs.take(&desc, n_pairs, || {
             made().map(|p| p.pairs.to_vec()).unwrap_or_default()
         });
-        let sums = prepacked::take(&desc, len, || made().map(|p| p.sums).unwrap_or_default());
+        let sums = packs.take(&desc, len, || made().map(|p| p.sums).unwrap_or_default());
         match fresh {
             // Packed here (nothing stored, or not all of it): that packing, or its error.
             Some(result) => result,

@@ -361,6 +361,7 @@ mod tests {
             node: &node,
             inputs: &infer,
             outputs: &outputs,
+            packs: ferrolite_core::prepacked::Prepacks::none(),
         };
         (lower(&req, &LIMITS), registry().select(&req, &LIMITS))
     }
