@@ -9,6 +9,7 @@ use crate::op::InferInput;
 use crate::prepacked::Prepacks;
 use crate::registry::{Considered, Selection};
 use crate::scratch::{Scratch, ScratchNeed};
+use crate::tensor::checked_numel;
 use crate::{Error, Graph, Node, Op, OpResult, Result, Storage, Tensor, TensorInfo, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
@@ -380,6 +381,14 @@ pub struct Plan {
     memory: MemoryPlan,
     /// The memory plan's buffers kept between runs, one set per concurrent run.
     pools: Mutex<Vec<RunBuffers>>,
+    /// The largest output a dynamic step may produce (a session's memory cap): the sizes
+    /// that are only known at run time are bounded too.
+    tensor_limit: usize,
+}
+
+/// Bytes of a tensor of type `t` (saturating: a shape too large for memory is over any limit).
+fn info_bytes(t: &TensorInfo) -> usize {
+    checked_numel(&t.shape).map_or(usize::MAX, |n| n.saturating_mul(t.dtype.size()))
 }
 
 /// What one run of a plan works in: the memory plan's buffers and the kernels' scratch.
@@ -530,6 +539,37 @@ impl Plan {
             input_types,
             memory,
             pools: Mutex::new(Vec::new()),
+            tensor_limit: crate::tensor::MAX_TENSOR_BYTES,
+        })
+    }
+
+    /// Limits every step's outputs to `bytes` (never above
+    /// [`crate::tensor::MAX_TENSOR_BYTES`]): planned outputs now, with an error naming the
+    /// first one over; the outputs of dynamic steps during each run. A session with a memory
+    /// cap plans so, and so do the subgraphs of its control flow.
+    pub fn limit_tensors(&mut self, bytes: usize) -> Result<()> {
+        self.tensor_limit = bytes.min(crate::tensor::MAX_TENSOR_BYTES);
+        for step in &self.steps {
+            for (i, t) in step.output_types.iter().flatten().enumerate() {
+                self.check_output_size(step, i, info_bytes(t))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The error for output `i` of `step` needing `bytes`, when that is over the limit.
+    fn check_output_size(&self, step: &Step, i: usize, bytes: usize) -> Result<()> {
+        if bytes <= self.tensor_limit {
+            return Ok(());
+        }
+        Err(Error::MemoryLimit {
+            what: format!(
+                "output {i} of node '{}' ({})",
+                step.node.name,
+                step.node.op.name()
+            ),
+            needed: bytes as u64,
+            limit: self.tensor_limit as u64,
         })
     }
 
@@ -729,7 +769,13 @@ impl Plan {
                         .map_err(|e| node_error(&step.node, e))?;
                     Vec::new()
                 }
-                None => infer_node(&step.node, &infer_inputs())?,
+                None => {
+                    let types = infer_node(&step.node, &infer_inputs())?;
+                    for (i, t) in types.iter().enumerate() {
+                        self.check_output_size(step, i, info_bytes(t))?;
+                    }
+                    types
+                }
             };
             let mut outs = Vec::with_capacity(step.outputs.len());
             let writes = step.kernel.writes_into_outputs();
@@ -757,7 +803,11 @@ impl Plan {
             // Guards kernels (and the reference fallback) against producing the wrong type.
             // Ops typed by running have nothing to check against (their count is checked by
             // the reference kernel).
-            if !by_running {
+            if by_running {
+                for (i, t) in outs.iter().enumerate() {
+                    self.check_output_size(step, i, t.byte_len())?;
+                }
+            } else {
                 check_results(&step.node, &types, &outs)?;
             }
             for (s, t) in step.outputs.iter().zip(outs) {

@@ -4,7 +4,6 @@
 //! shares it without copying; writing to a shared tensor copies it first.
 
 use crate::{DType, Elem, Error, Result};
-use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -89,32 +88,8 @@ pub fn checked_numel(shape: &[usize]) -> Result<usize> {
     })
 }
 
-thread_local! {
-    static THREAD_LIMIT: Cell<usize> = const { Cell::new(MAX_TENSOR_BYTES) };
-}
-
-/// The largest tensor this thread may allocate: [`MAX_TENSOR_BYTES`], or less inside
-/// [`with_tensor_limit`].
-pub fn tensor_limit() -> usize {
-    THREAD_LIMIT.with(Cell::get)
-}
-
-/// Runs `f` with the tensors this thread allocates limited to `bytes` (never above
-/// [`MAX_TENSOR_BYTES`]): a session with a memory cap runs its plans so, which bounds the
-/// tensors whose sizes are only known at run time.
-pub fn with_tensor_limit<T>(bytes: usize, f: impl FnOnce() -> T) -> T {
-    struct Restore(usize);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_LIMIT.with(|l| l.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_LIMIT.with(|l| l.replace(bytes.min(tensor_limit()))));
-    f()
-}
-
 fn check_limit(bytes: usize) -> Result<()> {
-    let limit = tensor_limit();
+    let limit = MAX_TENSOR_BYTES;
     if bytes > limit {
         return Err(Error::Tensor(format!(
             "a tensor of {bytes} bytes exceeds the limit of {limit} bytes"
@@ -615,24 +590,6 @@ impl serde::Serialize for ByteStr<'_> {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_thread_limit_bounds_allocations_and_is_restored() {
-        assert_eq!(tensor_limit(), MAX_TENSOR_BYTES);
-        let r = with_tensor_limit(1024, || {
-            assert!(Tensor::zeros(DType::F32, &[256]).is_ok());
-            let e = Tensor::zeros(DType::F32, &[257]).unwrap_err().to_string();
-            assert!(e.contains("exceeds the limit of 1024 bytes"), "{e}");
-            // Nested limits only tighten.
-            with_tensor_limit(1 << 20, tensor_limit)
-        });
-        assert_eq!(r, 1024);
-        assert_eq!(tensor_limit(), MAX_TENSOR_BYTES);
-        let caught = std::panic::catch_unwind(|| with_tensor_limit(8, || panic!("boom")));
-        assert!(caught.is_err());
-        assert_eq!(tensor_limit(), MAX_TENSOR_BYTES, "restored after a panic");
-    }
-
     use super::*;
 
     #[test]

@@ -10,13 +10,13 @@ use crate::model::{load_model, load_model_as, load_paddle, load_path, Format, Mo
 use ferrolite_core::device::{Device, DeviceKernels, Warnings};
 use ferrolite_core::format::{self, ModelInfo, Optimized};
 use ferrolite_core::infer::{infer_graph_folding, MAX_FOLD_BYTES};
-use ferrolite_core::ops::control::cap_loop_bytes;
+use ferrolite_core::ops::control::apply_memory_cap;
 use ferrolite_core::passes::{
     optimize_folding, session_pipeline, Partition, PartitionOptions, PartitionReport, Pass,
 };
 use ferrolite_core::plan::{Backend, KernelProvider, Plan, ReferenceKernels};
 use ferrolite_core::prepacked::Prepacks;
-use ferrolite_core::tensor::{checked_numel, with_tensor_limit};
+use ferrolite_core::tensor::checked_numel;
 use ferrolite_core::{
     DType, DeclaredType, Dim, Elem, Error, Graph, Node, Result, Tensor, TensorInfo,
 };
@@ -242,9 +242,16 @@ impl Prepared {
 }
 
 /// Refuses a plan whose weights, arena, kernels' scratch (at `threads` workers) and prepacked
-/// weights together pass the cap.
-fn check_plan_memory(graph: &Graph, plan: &Plan, threads: usize, limit: Option<u64>) -> Result<()> {
+/// weights together pass the cap, and limits each tensor of its runs to the cap (the sizes
+/// only known at run time).
+fn check_plan_memory(
+    graph: &Graph,
+    plan: &mut Plan,
+    threads: usize,
+    limit: Option<u64>,
+) -> Result<()> {
     let Some(limit) = limit else { return Ok(()) };
+    plan.limit_tensors(usize::try_from(limit).unwrap_or(usize::MAX))?;
     let memory = plan.memory_stats(threads);
     let needed = weight_bytes(graph)
         .saturating_add(memory.arena_bytes)
@@ -803,7 +810,7 @@ impl Session {
             .collect();
         let mut graph = self.model.graph.clone();
         if let Some(cap) = self.options.max_memory {
-            cap_loop_bytes(&mut graph, usize::try_from(cap).unwrap_or(usize::MAX));
+            apply_memory_cap(&mut graph, usize::try_from(cap).unwrap_or(usize::MAX));
         }
         // Reference kernels only: no CPU kernels, and no CPU layout for them to run on.
         let (cpu, cpu_passes): (Arc<dyn KernelProvider>, Vec<Box<dyn Pass>>) =
@@ -844,7 +851,8 @@ impl Session {
                 (plan, report)
             }
         };
-        check_plan_memory(&graph, &plan, self.threads(), limit)?;
+        let mut plan = plan;
+        check_plan_memory(&graph, &mut plan, self.threads(), limit)?;
         let prepared = Arc::new(Prepared {
             graph,
             plan,
@@ -928,7 +936,7 @@ impl Session {
     ) -> Result<Prepared> {
         let mut graph = graph.clone();
         if let Some(cap) = self.options.max_memory {
-            cap_loop_bytes(&mut graph, usize::try_from(cap).unwrap_or(usize::MAX));
+            apply_memory_cap(&mut graph, usize::try_from(cap).unwrap_or(usize::MAX));
         }
         let dynamic = infer_graph_folding(&mut graph, types, fold)?;
         check_tensor_sizes(&graph, self.options.max_memory)?;
@@ -937,8 +945,8 @@ impl Session {
         } else {
             Arc::new(ReferenceKernels)
         };
-        let plan = Plan::build_with_prepacks(&graph, &dynamic, Some(cpu.as_ref()), packs)?;
-        check_plan_memory(&graph, &plan, self.threads(), self.options.max_memory)?;
+        let mut plan = Plan::build_with_prepacks(&graph, &dynamic, Some(cpu.as_ref()), packs)?;
+        check_plan_memory(&graph, &mut plan, self.threads(), self.options.max_memory)?;
         Ok(Prepared {
             graph,
             plan,
@@ -1058,13 +1066,6 @@ impl Session {
 
     /// Runs `f` on the session's thread pool.
     fn in_pool<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        // With a memory cap, no tensor of the run may be bigger than it: sizes known only at
-        // run time are bounded too.
-        let cap = self.options.max_memory;
-        let f = move || match cap {
-            Some(cap) => with_tensor_limit(usize::try_from(cap).unwrap_or(usize::MAX), f),
-            None => f(),
-        };
         use std::sync::atomic::Ordering;
         struct Leave<'a>(&'a std::sync::atomic::AtomicUsize);
         impl Drop for Leave<'_> {

@@ -343,3 +343,62 @@ fn the_session_memory_cap_stops_a_growing_loop() {
     let out = session.run(&[("x", x)]).unwrap();
     assert_eq!(out["stacked"].shape(), [1000, 16384]);
 }
+
+/// `y = cond ? zeros(s) : zeros(s)`, each branch a ConstantOfShape of the outer input `s`:
+/// a tensor sized at run time inside a subgraph.
+fn branch_sized_by_input() -> Vec<u8> {
+    let branch = |name: &str| {
+        subgraph(
+            name,
+            vec![node("ConstantOfShape", &["s"], &["zeros"], vec![])],
+            &[],
+            &["zeros"],
+        )
+    };
+    model(GraphProto {
+        node: vec![NodeProto {
+            name: "pick".into(),
+            ..node(
+                "If",
+                &["cond"],
+                &["y"],
+                vec![
+                    graph_attr("then_branch", branch("then")),
+                    graph_attr("else_branch", branch("else")),
+                ],
+            )
+        }],
+        name: "sized_by_input".into(),
+        input: vec![
+            value_info("cond", data_type::BOOL, &[]),
+            value_info("s", data_type::INT64, &[2]),
+        ],
+        output: vec![untyped("y")],
+        ..Default::default()
+    })
+}
+
+#[test]
+fn the_session_memory_cap_bounds_the_tensors_of_a_branch() {
+    let options = SessionOptions::default().with_max_memory(512 << 10);
+    let session = Session::from_bytes(&branch_sized_by_input(), options).unwrap();
+    let inputs = |rows: i64| {
+        [
+            ("cond", Tensor::from_bools(&[], &[true]).unwrap()),
+            ("s", Tensor::from_vec(&[2], vec![rows, 512i64]).unwrap()),
+        ]
+    };
+    // 64 x 512 f32 (128 KiB) fits the cap.
+    let out = session.run(&inputs(64)).unwrap();
+    assert_eq!(out["y"].shape(), [64, 512]);
+    // 512 x 512 (1 MiB) does not: the error names the If and the branch's node.
+    let e = session.run(&inputs(512)).unwrap_err().to_string();
+    assert!(
+        e.contains("pick") && e.contains("ConstantOfShape") && e.contains("1048576"),
+        "{e}"
+    );
+    // Without a cap it runs.
+    let session = Session::from_bytes(&branch_sized_by_input(), SessionOptions::default());
+    let out = session.unwrap().run(&inputs(512)).unwrap();
+    assert_eq!(out["y"].shape(), [512, 512]);
+}

@@ -1,6 +1,7 @@
 //! Memory limits at prerun: the per-tensor limit and a session's cap (`max_memory`) refuse a
 //! plan with a typed error naming the tensor and node, before anything is allocated, for
-//! shapes the file computes (ConstantOfShape, Expand, Tile) as well as for whole plans.
+//! shapes the file computes (ConstantOfShape, Expand, Tile) as well as for whole plans. During
+//! a run, the cap bounds the tensors whose sizes only the inputs decide.
 
 use ferrolite::onnx::proto::{
     attribute_type, data_type, tensor_shape_proto, type_proto, AttributeProto, GraphProto,
@@ -167,6 +168,43 @@ fn a_cap_refuses_tensors_that_fit_the_per_tensor_limit() {
         }
         e => panic!("{e:?}"),
     }
+}
+
+/// x (f32 [1]) + ConstantOfShape(s), `s` (i64 [2]) an input: a tensor sized at run time.
+fn sized_by_input() -> Vec<u8> {
+    let mut m = ModelProto::decode(model("ConstantOfShape", &[1, 1]).as_slice()).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    g.initializer.clear();
+    g.input.push(value_info("s", data_type::INT64, &[2]));
+    m.encode_to_vec()
+}
+
+#[test]
+fn a_cap_refuses_a_tensor_sized_at_run_time() {
+    let session = Session::from_bytes(
+        &sized_by_input(),
+        SessionOptions::default().with_max_memory(512 << 10),
+    )
+    .unwrap();
+    let x = Tensor::full(DType::F32, &[1], 2.0).unwrap();
+    let run = |rows: i64| {
+        let s = Tensor::from_vec(&[2], vec![rows, 512i64]).unwrap();
+        session.run(&[("x", x.clone()), ("s", s)])
+    };
+    assert_eq!(run(64).unwrap()["y"].shape(), &[64, 512]);
+    match run(512).unwrap_err() {
+        Error::MemoryLimit {
+            needed,
+            limit,
+            what,
+        } => {
+            assert_eq!((needed, limit), (1 << 20, 512 << 10));
+            assert!(what.contains("big_constantofshape"), "{what}");
+        }
+        e => panic!("{e:?}"),
+    }
+    // The session goes on after the refusal.
+    assert_eq!(run(8).unwrap()["y"].shape(), &[8, 512]);
 }
 
 #[test]

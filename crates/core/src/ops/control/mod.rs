@@ -22,11 +22,15 @@ use crate::plan::Plan;
 use crate::{op_bail, DType, Graph, OpError, OpResult, Tensor, TensorInfo};
 use std::sync::{Arc, Mutex};
 
-/// Caps what every Loop in `graph`, at any depth of subgraphs, may hold in carried and scanned
-/// values at `max_bytes` (a session's memory cap): a loop that keeps growing its values stops
-/// with an error there rather than at [`loop_op::MAX_BYTES`].
-pub fn cap_loop_bytes(graph: &mut Graph, max_bytes: usize) {
-    let cap = |sub: &mut Subgraph| cap_loop_bytes(&mut sub.graph, max_bytes);
+/// Applies a session's memory cap of `max_bytes` to the control flow of `graph`, at any depth
+/// of subgraphs: what every Loop may hold in carried and scanned values (a loop that keeps
+/// growing its values stops with an error there rather than at [`loop_op::MAX_BYTES`]), and
+/// every tensor a subgraph's run makes ([`Plan::limit_tensors`]).
+pub fn apply_memory_cap(graph: &mut Graph, max_bytes: usize) {
+    let cap = |sub: &mut Subgraph| {
+        sub.tensor_limit = sub.tensor_limit.min(max_bytes);
+        apply_memory_cap(&mut sub.graph, max_bytes)
+    };
     for node in &mut graph.nodes {
         let any = node.op.as_any();
         let capped: Arc<dyn crate::Op> = if let Some(l) = any.downcast_ref::<loop_op::Loop>() {
@@ -65,6 +69,8 @@ pub struct Subgraph {
     /// How many of the graph's inputs are formal; the rest are captured outer values.
     pub formal_inputs: usize,
     plans: Mutex<Vec<(Vec<TensorInfo>, Arc<Plan>)>>,
+    /// The largest tensor a run of the graph may make ([`apply_memory_cap`]).
+    tensor_limit: usize,
 }
 
 impl Subgraph {
@@ -73,6 +79,7 @@ impl Subgraph {
             graph,
             formal_inputs,
             plans: Mutex::new(Vec::new()),
+            tensor_limit: crate::tensor::MAX_TENSOR_BYTES,
         }
     }
 
@@ -126,10 +133,11 @@ impl Subgraph {
         let mut graph = self.graph.clone();
         let dynamic =
             infer_graph(&mut graph, types).map_err(|e| OpError(format!("in the subgraph: {e}")))?;
-        let plan = Arc::new(
-            Plan::build(&graph, &dynamic, None)
-                .map_err(|e| OpError(format!("in the subgraph: {e}")))?,
-        );
+        let mut plan = Plan::build(&graph, &dynamic, None)
+            .map_err(|e| OpError(format!("in the subgraph: {e}")))?;
+        plan.limit_tensors(self.tensor_limit)
+            .map_err(|e| OpError(format!("in the subgraph: {e}")))?;
+        let plan = Arc::new(plan);
         let mut plans = self.plans.lock().map_err(poisoned)?;
         if plans.len() >= PLANS_KEPT {
             plans.remove(0);
@@ -145,7 +153,9 @@ fn poisoned<T>(_: T) -> OpError {
 
 impl Clone for Subgraph {
     fn clone(&self) -> Self {
-        Subgraph::new(self.graph.clone(), self.formal_inputs)
+        let mut copy = Subgraph::new(self.graph.clone(), self.formal_inputs);
+        copy.tensor_limit = self.tensor_limit;
+        copy
     }
 }
 
