@@ -1220,6 +1220,10 @@ fn pin_to_cpu(index: usize) {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn pin_to_cpu(_index: usize) {}
 
+/// How long a worker polls for a run's work without finding any before it stops polling
+/// ([`with_workers_polling`]).
+const POLL_IDLE_LIMIT: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Runs `f` on the current pool thread while the pool's other workers poll for its parallel
 /// work instead of going to sleep.
 ///
@@ -1229,9 +1233,16 @@ fn pin_to_cpu(_index: usize) {}
 /// 2 threads that cost more than the second thread gained. Polling for the length of one run,
 /// as onnxruntime's pool spins, keeps the hand-off at a cache miss. After a while without work
 /// a poller yields its CPU at each poll, so a run that leaves the workers idle (a long serial
-/// kernel) does not take the CPU from other processes.
+/// kernel) does not take the CPU from other processes, and after [`POLL_IDLE_LIMIT`] without
+/// work it stops polling and its worker sleeps as usual.
+///
+/// That limit is also what keeps a run from hanging: a worker that stole a piece of the run's
+/// work before it took up its poll (a race with the broadcast) polls on top of that piece,
+/// and the run waits for the piece while the poller waits for the run. The poller's return
+/// lets the piece finish, a hiccup of the limit instead of a hang.
 fn with_workers_polling<T>(f: impl FnOnce() -> T) -> T {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Instant;
     /// Polls without a system call before yielding the CPU at each poll.
     const BUSY_POLLS: u32 = 1 << 14;
     let done = AtomicBool::new(false);
@@ -1244,13 +1255,18 @@ fn with_workers_polling<T>(f: impl FnOnce() -> T) -> T {
                 return;
             }
             let mut idle = 0u32;
+            let mut worked = Instant::now();
             while !done.load(Ordering::Acquire) {
                 match rayon::yield_now() {
                     Some(rayon::Yield::Executed) => idle = 0,
                     _ if idle < BUSY_POLLS => {
                         idle += 1;
+                        if idle == 1 {
+                            worked = Instant::now();
+                        }
                         std::hint::spin_loop();
                     }
+                    _ if worked.elapsed() > POLL_IDLE_LIMIT => return,
                     _ => std::thread::yield_now(),
                 }
             }
@@ -1321,6 +1337,48 @@ mod polling_tests {
             let want: u64 = (0..100_000u64).map(|v| v ^ round).sum();
             assert_eq!(sum, want);
         }
+    }
+
+    /// Many short polled runs on busy cores, a stress of the race in [`with_workers_polling`]'s
+    /// doc: a worker that steals a piece of a run before it takes up its poll polls on top of
+    /// that piece. Without the idle limit the run and that poller waited for each other
+    /// forever (`polled_runs_share_their_work` hung so once in a full test run; this test did
+    /// not catch it in three tries, so it guards against a hang rather than proving the fix).
+    #[test]
+    fn polls_that_sit_on_top_of_a_runs_work_let_it_finish() {
+        let (sent, got) = std::sync::mpsc::channel();
+        const ROUNDS: u64 = 3000;
+        // Threads that keep the cores busy, so that the OS preempts the pool's workers at
+        // any point, the broadcast's window included.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let busy: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        std::thread::spawn(move || {
+            let pool = pool();
+            for round in 0..ROUNDS {
+                let sum: u64 = pool.install(|| {
+                    with_workers_polling(|| (0..4096u64).into_par_iter().map(|v| v ^ round).sum())
+                });
+                let want: u64 = (0..4096u64).map(|v| v ^ round).sum();
+                let _ = sent.send(sum == want);
+            }
+        });
+        for round in 0..ROUNDS {
+            let right = got
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("round {round} hung"));
+            assert!(right, "round {round}");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        busy.into_iter().for_each(|t| t.join().unwrap());
     }
 
     /// A panic in the run reaches the caller: the pollers stop instead of holding the scope.
