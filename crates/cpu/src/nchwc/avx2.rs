@@ -1,0 +1,81 @@
+use super::B;
+use std::arch::x86_64::*;
+
+/// [`super::reorder_block`] for whole runs of eight pixels, as 8 x 8 transposes in
+/// registers; returns how many pixels it did.
+///
+/// # Safety
+/// The CPU must support AVX2; `src` and `dst` must hold `8 * hw` values.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn reorder_block(
+    to_blocked: bool,
+    src: &[f32],
+    dst: &mut [f32],
+    hw: usize,
+) -> usize {
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    let mut p = 0;
+    while p + B <= hw {
+        // Plain: row j at j * hw + p; blocked: pixel p + i at (p + i) * 8.
+        let (load, store) = if to_blocked {
+            ((hw, 1), (B, B))
+        } else {
+            ((B, B), (hw, 1))
+        };
+        let mut r = [_mm256_setzero_ps(); B];
+        for (i, v) in r.iter_mut().enumerate() {
+            // SAFETY: inside `src` (the caller's contract; p + 8 <= hw).
+            *v = unsafe { _mm256_loadu_ps(s.add(i * load.0 + p * load.1)) };
+        }
+        let t = transpose8(r);
+        for (i, v) in t.iter().enumerate() {
+            // SAFETY: inside `dst`, as above.
+            unsafe { _mm256_storeu_ps(d.add(i * store.0 + p * store.1), *v) };
+        }
+        p += B;
+    }
+    p
+}
+
+/// The transpose of the 8 x 8 matrix whose rows are `r`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves.
+    let a = [
+        _mm256_unpacklo_ps(r[0], r[1]),
+        _mm256_unpackhi_ps(r[0], r[1]),
+        _mm256_unpacklo_ps(r[2], r[3]),
+        _mm256_unpackhi_ps(r[2], r[3]),
+        _mm256_unpacklo_ps(r[4], r[5]),
+        _mm256_unpackhi_ps(r[4], r[5]),
+        _mm256_unpacklo_ps(r[6], r[7]),
+        _mm256_unpackhi_ps(r[6], r[7]),
+    ];
+    let b = [
+        _mm256_shuffle_ps::<0x44>(a[0], a[2]),
+        _mm256_shuffle_ps::<0xEE>(a[0], a[2]),
+        _mm256_shuffle_ps::<0x44>(a[1], a[3]),
+        _mm256_shuffle_ps::<0xEE>(a[1], a[3]),
+        _mm256_shuffle_ps::<0x44>(a[4], a[6]),
+        _mm256_shuffle_ps::<0xEE>(a[4], a[6]),
+        _mm256_shuffle_ps::<0x44>(a[5], a[7]),
+        _mm256_shuffle_ps::<0xEE>(a[5], a[7]),
+    ];
+    [
+        _mm256_permute2f128_ps::<0x20>(b[0], b[4]),
+        _mm256_permute2f128_ps::<0x20>(b[1], b[5]),
+        _mm256_permute2f128_ps::<0x20>(b[2], b[6]),
+        _mm256_permute2f128_ps::<0x20>(b[3], b[7]),
+        _mm256_permute2f128_ps::<0x31>(b[0], b[4]),
+        _mm256_permute2f128_ps::<0x31>(b[1], b[5]),
+        _mm256_permute2f128_ps::<0x31>(b[2], b[6]),
+        _mm256_permute2f128_ps::<0x31>(b[3], b[7]),
+    ]
+}
+
+/// [`super::activate`] compiled for AVX2.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn activate(act: Option<super::UnaryKind>, row: &mut [f32]) {
+    super::activate(act, row)
+}
