@@ -75,8 +75,13 @@ fn binary(b: &Binary, r: &Req) -> Built {
     if b.legacy_axis.is_some() {
         return Err("needs numpy-style broadcasting (not a legacy axis)".into());
     }
+    binary_kernel(binary_op(b.kind)?, r)
+}
+
+/// The f32 loop of a binary kind, if it has one.
+pub(crate) fn binary_op(kind: BinaryKind) -> Result<BinOp, String> {
     use BinaryKind::*;
-    let op = match b.kind {
+    Ok(match kind {
         Add => BinOp::Add,
         Sub => BinOp::Sub,
         Mul => BinOp::Mul,
@@ -84,10 +89,9 @@ fn binary(b: &Binary, r: &Req) -> Built {
         Pow => BinOp::Pow,
         PRelu => BinOp::PRelu,
         Mod { .. } | BitShiftLeft | BitShiftRight | BitwiseAnd | BitwiseOr | BitwiseXor => {
-            return Err(format!("no f32 loop for {:?}", b.kind))
+            return Err(format!("no f32 loop for {kind:?}"))
         }
-    };
-    binary_kernel(op, r)
+    })
 }
 
 fn variadic(v: &Variadic, r: &Req) -> Built {

@@ -165,22 +165,26 @@ const BROADCASTS: &[(&[usize], &[usize])] = &[
 #[test]
 fn binary_broadcasts() {
     let mut r = Lcg(1);
+    // Every kind with an f32 loop; PRelu and Pow have their own cases below (a slope that
+    // broadcasts onto X; exponents that keep the results finite).
+    let kinds: Vec<BinaryKind> = BinaryKind::examples()
+        .into_iter()
+        .filter(|&k| crate::elementwise::binary_op(k).is_ok())
+        .collect();
+    assert!(kinds.contains(&BinaryKind::PRelu) && kinds.contains(&BinaryKind::Pow));
+    let plain = || {
+        kinds
+            .iter()
+            .copied()
+            .filter(|k| !matches!(k, BinaryKind::PRelu | BinaryKind::Pow))
+    };
+    assert!(plain().count() >= 4);
     for (a, b) in BROADCASTS {
-        for kind in [
-            BinaryKind::Add,
-            BinaryKind::Sub,
-            BinaryKind::Mul,
-            BinaryKind::Div,
-        ] {
+        for kind in plain() {
             let (x, y) = (r.tensor(a, 2.0), r.tensor(b, 2.0));
             check(Arc::new(Binary::new(kind)), &[Some(x), Some(y)], &[]);
         }
-        for kind in [
-            VariadicKind::Max,
-            VariadicKind::Min,
-            VariadicKind::Sum,
-            VariadicKind::Mean,
-        ] {
+        for kind in VariadicKind::ALL {
             let (x, y) = (r.tensor(a, 2.0), r.tensor(b, 2.0));
             check(Arc::new(Variadic { kind }), &[Some(x), Some(y)], &[]);
         }
@@ -353,11 +357,15 @@ fn pools() {
     let mut r = Lcg(5);
     for c in &cases {
         let x = r.tensor(c.x, 3.0);
-        for (kind, cip) in [
-            (PoolKind::Max, false),
-            (PoolKind::Average, false),
-            (PoolKind::Average, true),
-        ] {
+        // Every kind the kernels take, averages with and without the padding counted.
+        let kinds: Vec<(PoolKind, bool)> = pool_kinds()
+            .flat_map(|(kind, avg)| {
+                let cips: &[bool] = if avg { &[false, true] } else { &[false] };
+                cips.iter().map(move |&cip| (kind, cip))
+            })
+            .collect();
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        for &(kind, cip) in &kinds {
             let p = Pool {
                 kind,
                 kernel_shape: c.k.to_vec(),
@@ -378,11 +386,22 @@ fn pools() {
         &[1, 512, 7, 7],
         &[3, 2],
     ] {
-        for kind in [PoolKind::Max, PoolKind::Average] {
+        for (kind, _) in pool_kinds() {
             let x = r.tensor(shape, 3.0);
             check(Arc::new(GlobalPool { kind, p: 2.0 }), &[Some(x)], &[]);
         }
     }
+}
+
+/// The pooling kinds the kernels take, with whether each averages.
+fn pool_kinds() -> impl Iterator<Item = (PoolKind, bool)> {
+    PoolKind::ALL.into_iter().filter_map(|kind| {
+        let p = Pool {
+            kind,
+            ..Default::default()
+        };
+        crate::pool::averages(&p).map(|avg| (kind, avg))
+    })
 }
 
 #[test]
@@ -424,14 +443,8 @@ fn reductions() {
             }
         }
         for axes in axes_sets {
-            for kind in [
-                ReduceKind::Sum,
-                ReduceKind::Mean,
-                ReduceKind::Max,
-                ReduceKind::Min,
-                ReduceKind::SumSquare,
-                ReduceKind::L2,
-            ] {
+            let kinds = ReduceKind::ALL.into_iter();
+            for kind in kinds.filter(|&k| crate::reduce::Fold::of(k).is_ok()) {
                 for keepdims in [true, false] {
                     let x = r.tensor(shape, 2.0);
                     // Half through the attribute, half through a constant axes input.

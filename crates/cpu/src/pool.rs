@@ -95,7 +95,7 @@ fn global_pool(p: &GlobalPool, r: &Req) -> Built {
 }
 
 /// Whether a pool the kernels handle (max or average, without indices) averages.
-fn averages(p: &Pool) -> Option<bool> {
+pub(crate) fn averages(p: &Pool) -> Option<bool> {
     match p.kind {
         _ if p.with_indices => None,
         PoolKind::Max => Some(false),

@@ -98,7 +98,7 @@ pub(crate) fn register(r: &mut Registry) {
 
 /// The reductions with an f32 loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fold {
+pub(crate) enum Fold {
     Sum,
     Mean,
     Max,
@@ -108,7 +108,7 @@ enum Fold {
 }
 
 impl Fold {
-    fn of(kind: ReduceKind) -> Result<Fold, String> {
+    pub(crate) fn of(kind: ReduceKind) -> Result<Fold, String> {
         use ReduceKind::*;
         Ok(match kind {
             Sum => Fold::Sum,

@@ -401,13 +401,20 @@ fn binary_ops_broadcast_like_the_reference() {
         (vec![], vec![2, 2]),
         (vec![1, 8, 5, 5], vec![1, 8, 1, 1]),
     ];
-    let kinds = [
-        BinaryKind::Add,
-        BinaryKind::Sub,
-        BinaryKind::Mul,
-        BinaryKind::Div,
-        BinaryKind::PRelu,
-    ];
+    let Some(gpu) = gpu() else { return };
+    // Every kind the GPU lowers, from BinaryKind::examples, but Pow (its own cases below).
+    let kinds: Vec<BinaryKind> = BinaryKind::examples()
+        .into_iter()
+        .filter(|&kind| {
+            let two = vec![
+                (DType::F32, vec![2, 3], None),
+                (DType::F32, vec![2, 3], None),
+            ];
+            let op = Arc::new(Binary::new(kind));
+            kind != BinaryKind::Pow && verdict(gpu, op, two, vec![2, 3], DType::F32).is_ok()
+        })
+        .collect();
+    assert!(kinds.len() >= 5, "{kinds:?}");
     for (i, (a, b)) in shapes.iter().enumerate() {
         for (k, &kind) in kinds.iter().enumerate() {
             // PRelu's slope broadcasts onto X only.
@@ -420,7 +427,7 @@ fn binary_ops_broadcast_like_the_reference() {
                 continue;
             }
             let seed = (i * 10 + k) as u64;
-            let rhs = if kind == BinaryKind::Div {
+            let rhs = if matches!(kind, BinaryKind::Div | BinaryKind::Mod { .. }) {
                 positive(b, seed + 1)
             } else {
                 rand(b, seed + 1)
@@ -808,17 +815,20 @@ fn resize_matches_the_reference() {
 #[test]
 fn reductions_match_the_reference() {
     use ferrolite_core::ops::nn::reduce::{Reduce, ReduceKind};
-    let kinds = [
-        ReduceKind::Sum,
-        ReduceKind::Mean,
-        ReduceKind::Max,
-        ReduceKind::Min,
-        ReduceKind::Prod,
-        ReduceKind::L1,
-        ReduceKind::L2,
-        ReduceKind::SumSquare,
-        ReduceKind::LogSumExp,
-    ];
+    let Some(gpu) = gpu() else { return };
+    // Every kind the GPU lowers, but LogSum (of positive values, its own case below).
+    let kinds: Vec<ReduceKind> = ReduceKind::ALL
+        .into_iter()
+        .filter(|&kind| {
+            let op = Arc::new(Reduce {
+                kind,
+                ..Default::default()
+            });
+            let one = vec![(DType::F32, vec![2, 3], None)];
+            kind != ReduceKind::LogSum && verdict(gpu, op, one, vec![1, 1], DType::F32).is_ok()
+        })
+        .collect();
+    assert!(kinds.len() >= 9, "{kinds:?}");
     for (i, axes) in [vec![1], vec![-1], vec![0, 2], vec![1, 2, 3], vec![]]
         .into_iter()
         .enumerate()

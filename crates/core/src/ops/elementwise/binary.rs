@@ -38,6 +38,44 @@ pub enum BinaryKind {
 }
 
 impl BinaryKind {
+    /// Every kind at least once, with attribute values that exercise it, for the backends'
+    /// tests. The match makes a new variant fail to compile here until it is listed.
+    pub fn examples() -> Vec<BinaryKind> {
+        use BinaryKind::*;
+        let listed = |k: BinaryKind| match k {
+            Add
+            | Sub
+            | Mul
+            | Div
+            | Pow
+            | Mod { .. }
+            | PRelu
+            | BitwiseAnd
+            | BitwiseOr
+            | BitwiseXor
+            | BitShiftLeft
+            | BitShiftRight => k,
+        };
+        [
+            Add,
+            Sub,
+            Mul,
+            Div,
+            Pow,
+            Mod { fmod: false },
+            Mod { fmod: true },
+            PRelu,
+            BitwiseAnd,
+            BitwiseOr,
+            BitwiseXor,
+            BitShiftLeft,
+            BitShiftRight,
+        ]
+        .into_iter()
+        .map(listed)
+        .collect()
+    }
+
     /// The ONNX-like canonical name.
     pub fn name(self) -> &'static str {
         match self {

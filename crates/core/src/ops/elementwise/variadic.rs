@@ -17,6 +17,18 @@ pub enum VariadicKind {
 }
 
 impl VariadicKind {
+    /// Every kind, for the backends' tests (the match fails to compile on a new variant
+    /// until it is listed).
+    pub const ALL: [VariadicKind; 4] = {
+        use VariadicKind::*;
+        const fn listed(k: VariadicKind) -> VariadicKind {
+            match k {
+                Max | Min | Sum | Mean => k,
+            }
+        }
+        [listed(Max), listed(Min), listed(Sum), listed(Mean)]
+    };
+
     pub fn name(self) -> &'static str {
         match self {
             VariadicKind::Max => "Max",

@@ -16,6 +16,20 @@ pub enum PoolKind {
     Lp,
 }
 
+impl PoolKind {
+    /// Every kind, for the backends' tests (the match fails to compile on a new variant
+    /// until it is listed).
+    pub const ALL: [PoolKind; 3] = {
+        use PoolKind::*;
+        const fn listed(k: PoolKind) -> PoolKind {
+            match k {
+                Max | Average | Lp => k,
+            }
+        }
+        [listed(Max), listed(Average), listed(Lp)]
+    };
+}
+
 /// MaxPool, AveragePool and LpPool over N x C x D1 x ... x Dn.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Pool {

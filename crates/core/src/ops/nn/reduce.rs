@@ -26,6 +26,31 @@ pub enum ReduceKind {
     SumSquare,
 }
 
+impl ReduceKind {
+    /// Every kind, for the backends' tests (the match fails to compile on a new variant
+    /// until it is listed).
+    pub const ALL: [ReduceKind; 10] = {
+        use ReduceKind::*;
+        const fn listed(k: ReduceKind) -> ReduceKind {
+            match k {
+                Sum | Mean | Max | Min | Prod | L1 | L2 | LogSum | LogSumExp | SumSquare => k,
+            }
+        }
+        [
+            listed(Sum),
+            listed(Mean),
+            listed(Max),
+            listed(Min),
+            listed(Prod),
+            listed(L1),
+            listed(L2),
+            listed(LogSum),
+            listed(LogSumExp),
+            listed(SumSquare),
+        ]
+    };
+}
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Reduce {
     pub kind: ReduceKind,
