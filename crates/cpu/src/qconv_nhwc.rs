@@ -380,13 +380,12 @@ impl QConvNhwcKernel {
         };
         // Streamed weights: the tasks take turns, the threads splitting each one's columns.
         let tasks = split::Tasks {
-            count: pixels.div_ceil(per.max(1)),
+            count: if streamed {
+                1
+            } else {
+                pixels.div_ceil(per.max(1))
+            },
             per: (per * m).max(1),
-        };
-        let tasks = if streamed {
-            split::Tasks { count: 1, ..tasks }
-        } else {
-            tasks
         };
         split::try_chunks(y, tasks, |start, out| task((start / tasks.per, out)))
     }

@@ -826,7 +826,7 @@ impl Session {
             self.lock_plans()?.insert(key, prepared.clone());
             return Ok(prepared);
         }
-        let (plan, partition) = match &self.device {
+        let (mut plan, partition) = match &self.device {
             None => {
                 let pipeline = session_pipeline(None, cpu_passes);
                 let disabled = &self.options.disabled_passes;
@@ -851,7 +851,6 @@ impl Session {
                 (plan, report)
             }
         };
-        let mut plan = plan;
         check_plan_memory(&graph, &mut plan, self.threads(), limit)?;
         let prepared = Arc::new(Prepared {
             graph,
