@@ -73,6 +73,7 @@ pub mod sgemm;
 mod softmax;
 mod split;
 mod stride2;
+mod table;
 pub mod winograd;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Vectorisable f32 approximations of exp, erf, tanh and sigmoid (about 1e-7 relative error
 //! for exp, 2e-7 absolute for erf and tanh), written branch-free so the slice loops
-//! autovectorise; on x86_64 the slice loops are also compiled for AVX2 and picked at run time.
+//! autovectorise; the slice loops are compiled per ISA (`math/{avx2,avx512,neon}.rs`) and reached
+//! through the ISA's table ([`crate::table`]).
 
 // Published coefficients, kept as printed.
 #![allow(clippy::excessive_precision)]
@@ -145,70 +146,82 @@ pub(crate) fn map_blocks(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
 
 use crate::isa::Isa;
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
+
+/// A function that [`Kernels::map`] takes over a slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MathFn {
+    Exp,
+    Erf,
+    Tanh,
+    Sigmoid,
+    Gelu,
+    GeluTanh,
+}
+
+/// The math family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// `y[i] = f(x[i])` over the shorter of the two.
+    pub(crate) map: fn(MathFn, &[f32], &mut [f32]),
+}
+
+/// Separate multiplies and adds, one value at a time.
+pub(crate) const PORTABLE: Kernels = Kernels { map: map_plain };
+
+fn map_plain(f: MathFn, x: &[f32], y: &mut [f32]) {
+    fn each(x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = f(x);
+        }
+    }
+    match f {
+        MathFn::Exp => each(x, y, exp::<false>),
+        MathFn::Erf => each(x, y, erf::<false>),
+        MathFn::Tanh => each(x, y, tanh::<false>),
+        MathFn::Sigmoid => each(x, y, sigmoid::<false>),
+        MathFn::Gelu => each(x, y, gelu::<false>),
+        MathFn::GeluTanh => each(x, y, gelu_tanh::<false>),
+    }
+}
+
+/// `f` over a slice in [`map_blocks`] with fused multiply-adds: the per-ISA files compile it
+/// for their vectors. Each arm names its function, so the loop inlines it.
+#[inline(always)]
+fn map_fused(f: MathFn, x: &[f32], y: &mut [f32]) {
+    match f {
+        MathFn::Exp => map_blocks(x, y, exp::<true>),
+        MathFn::Erf => map_blocks(x, y, erf::<true>),
+        MathFn::Tanh => map_blocks(x, y, tanh::<true>),
+        MathFn::Sigmoid => map_blocks(x, y, sigmoid::<true>),
+        MathFn::Gelu => map_blocks(x, y, gelu::<true>),
+        MathFn::GeluTanh => map_blocks(x, y, gelu_tanh::<true>),
+    }
+}
+
 macro_rules! slice_fns {
     ($($name:ident => $f:ident),* $(,)?) => {
         $(
-            /// The function over a slice (`y[i] = f(x[i])`, equal lengths).
+            /// The function over a slice (`y[i] = f(x[i])`, equal lengths), through the ISA's
+            /// table.
             pub(crate) fn $name(isa: Isa, x: &[f32], y: &mut [f32]) {
-                #[cfg(target_arch = "x86_64")]
-                if isa.has_avx512() {
-                    // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F/BW/VL/DQ
-                    // (and AVX2 and FMA), the only requirement of the target_feature
-                    // function, which is safe code.
-                    unsafe { avx512::$name(x, y) };
-                    return;
-                }
-                #[cfg(target_arch = "x86_64")]
-                if isa.has_avx2() {
-                    // SAFETY: the CPU supports AVX2 and FMA (an Isa other than Portable exists
-                    // only then), the only requirement of the target_feature function, which
-                    // is safe code.
-                    unsafe { avx2::$name(x, y) };
-                    return;
-                }
-                // NEON is aarch64's baseline and `mul_add` one instruction there: the fused
-                // form's blocks vectorise to it without a target_feature build.
-                #[cfg(target_arch = "aarch64")]
-                if isa.has_neon() {
-                    map_blocks(x, y, $f::<true>);
-                    return;
-                }
-                for (y, &x) in y.iter_mut().zip(x) {
-                    *y = $f::<false>(x);
-                }
+                (isa.table().math.map)(MathFn::$f, x, y)
             }
         )*
-
-        #[cfg(target_arch = "x86_64")]
-        mod avx2 {
-            $(
-                #[target_feature(enable = "avx2,fma")]
-                pub(super) unsafe fn $name(x: &[f32], y: &mut [f32]) {
-                    super::map_blocks(x, y, super::$f::<true>)
-                }
-            )*
-        }
-
-        /// The same loops compiled for 512-bit vectors (sixteen lanes).
-        #[cfg(target_arch = "x86_64")]
-        mod avx512 {
-            $(
-                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-                pub(super) unsafe fn $name(x: &[f32], y: &mut [f32]) {
-                    super::map_blocks(x, y, super::$f::<true>)
-                }
-            )*
-        }
     };
 }
 
 slice_fns! {
-    exp_slice => exp,
-    erf_slice => erf,
-    tanh_slice => tanh,
-    sigmoid_slice => sigmoid,
-    gelu_slice => gelu,
-    gelu_tanh_slice => gelu_tanh,
+    exp_slice => Exp,
+    erf_slice => Erf,
+    tanh_slice => Tanh,
+    sigmoid_slice => Sigmoid,
+    gelu_slice => Gelu,
+    gelu_tanh_slice => GeluTanh,
 }
 
 #[cfg(test)]

@@ -19,6 +19,30 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
+
+/// The element-wise family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// One contiguous row of a binary op.
+    pub(crate) binary_row: fn(BinOp, Src, Src, &mut [f32]),
+    /// A unary op over a slice (`y[i] = f(x[i])`).
+    pub(crate) unary: fn(UnaryKind, &[f32], &mut [f32]),
+    /// Clip over a slice.
+    pub(crate) clip: fn(f32, f32, &[f32], &mut [f32]),
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    binary_row: run_row_impl,
+    unary: |kind, x, y| apply_unary_impl(Isa::Portable, kind, x, y),
+    clip: clip_impl,
+};
+
 pub(crate) fn register(r: &mut Registry) {
     r.add::<Binary>(
         "cpu.binary",
@@ -160,7 +184,7 @@ fn pow_f32(a: f32, b: f32) -> f32 {
 
 /// One operand of an inner run.
 #[derive(Clone, Copy)]
-enum Src<'a> {
+pub(crate) enum Src<'a> {
     V(&'a [f32]),
     S(f32),
     /// A short vector repeated, starting at a phase.
@@ -227,20 +251,7 @@ fn periodic<F: Fn(f32, f32) -> f32>(f: F, v: &[f32], p: &[f32], phase: usize, o:
 }
 
 fn run_row(isa: Isa, op: BinOp, a: Src, b: Src, o: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
-        // only requirement of the target_feature function, whose body is safe code.
-        unsafe { run_row_avx2(op, a, b, o) };
-        return;
-    }
-    run_row_impl(op, a, b, o)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn run_row_avx2(op: BinOp, a: Src, b: Src, o: &mut [f32]) {
-    run_row_impl(op, a, b, o)
+    (isa.table().elementwise.binary_row)(op, a, b, o)
 }
 
 #[inline(always)]
@@ -538,34 +549,7 @@ fn map<F: Fn(f32) -> f32>(f: F, x: &[f32], y: &mut [f32]) {
 
 /// Applies `kind` to `x` into `y` (equal lengths).
 pub(crate) fn apply_unary(isa: Isa, kind: UnaryKind, x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx512() {
-        // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F/BW/VL/DQ, AVX2 and
-        // FMA, the only requirement of the target_feature function, whose body is safe code.
-        unsafe { apply_unary_avx512(kind, x, y) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
-        // only requirement of the target_feature function, whose body is safe code.
-        unsafe { apply_unary_avx2(kind, x, y) };
-        return;
-    }
-    apply_unary_impl(isa, kind, x, y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn apply_unary_avx2(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
-    apply_unary_impl(Isa::Avx2Fma, kind, x, y)
-}
-
-/// The same, its plain loops vectorized sixteen wide, the math functions' AVX-512 builds.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-unsafe fn apply_unary_avx512(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
-    apply_unary_impl(Isa::Avx512, kind, x, y)
+    (isa.table().elementwise.unary)(kind, x, y)
 }
 
 #[inline(always)]
@@ -675,20 +659,7 @@ fn clip_impl(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
 }
 
 fn clip(isa: Isa, lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: the CPU supports AVX2 (an Isa other than Portable exists only then), the
-        // only requirement of the target_feature function, whose body is safe code.
-        unsafe { clip_avx2(lo, hi, x, y) };
-        return;
-    }
-    clip_impl(lo, hi, x, y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn clip_avx2(lo: f32, hi: f32, x: &[f32], y: &mut [f32]) {
-    clip_impl(lo, hi, x, y)
+    (isa.table().elementwise.clip)(lo, hi, x, y)
 }
 
 #[derive(Debug)]

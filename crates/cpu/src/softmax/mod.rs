@@ -12,6 +12,13 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
+
 pub(crate) fn register(r: &mut Registry) {
     r.add::<Softmax>(
         "cpu.softmax",
@@ -63,41 +70,21 @@ struct SoftmaxKernel {
     log: bool,
 }
 
-/// Softmax of one contiguous row; compiled for AVX-512 or AVX2 + FMA where the CPU has them,
-/// with fused multiply-adds under NEON.
+/// Softmax of one contiguous row, through the ISA's table.
 fn row(isa: Isa, x: &[f32], y: &mut [f32], log: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx512() {
-        // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F/BW/VL/DQ, AVX2 and
-        // FMA, the only requirement of the target_feature function, whose body is safe code.
-        unsafe { row_avx512(x, y, log) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: the CPU has AVX2 and FMA (an Isa other than Portable exists only then), the only requirement of the
-        // target_feature function, whose body is safe code.
-        unsafe { row_avx2(x, y, log) };
-        return;
-    }
-    // NEON is aarch64's baseline, `mul_add` one instruction there.
-    if isa.has_neon() {
-        return row_impl::<true>(x, y, log);
-    }
-    row_impl::<false>(x, y, log)
+    (isa.table().softmax.row)(x, y, log)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn row_avx2(x: &[f32], y: &mut [f32], log: bool) {
-    row_impl::<true>(x, y, log)
+/// The softmax family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// Softmax (or, `log`, LogSoftmax) of one contiguous row.
+    pub(crate) row: fn(&[f32], &mut [f32], bool),
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-fn row_avx512(x: &[f32], y: &mut [f32], log: bool) {
-    row_impl::<true>(x, y, log)
-}
+/// Separate multiplies and adds.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    row: row_impl::<false>,
+};
 
 /// `exp(x - max)` (through [`math::map_blocks`]), its sum, then a scale by the sum's
 /// reciprocal, or for LogSoftmax `x - max - ln(sum)`.

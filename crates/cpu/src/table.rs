@@ -1,0 +1,117 @@
+//! One microkernel table per ISA. A session picks its [`Isa`] once; [`Isa::table`] hands the
+//! kernels that ISA's [`Table`], and they call through it instead of branching on the ISA.
+//!
+//! Each kernel family owns its part of the table (a `Kernels` struct of function pointers in
+//! the family's `mod.rs`) and fills it once per ISA in its per-ISA files
+//! (`<family>/{avx2,avx512,neon}.rs`, `KERNELS`); the portable entries sit in `mod.rs`, in
+//! plain Rust. The tables below only assemble the families' parts.
+//!
+//! A new ISA variant is one more table here, built from the one it extends with Rust's
+//! struct update syntax, overriding only the entries it speeds up: an AVX-VNNI table is
+//! `Table { ..AVX2 }` with its own int8 entries, an AVX-512 FP16 or BF16 one `..AVX512`,
+//! and NEON FP16 or BF16 ones `..NEON`. That, a variant of [`Isa`] and its detection are
+//! all a new ISA needs (docs/adding-a-kernel.md).
+
+use crate::isa::Isa;
+use crate::{elementwise, math, softmax};
+
+/// Every family's microkernels for one ISA.
+pub(crate) struct Table {
+    /// exp, erf, tanh, sigmoid and GELU over slices.
+    pub(crate) math: math::Kernels,
+    /// The binary, unary and Clip loops.
+    pub(crate) elementwise: elementwise::Kernels,
+    /// Softmax and LogSoftmax rows.
+    pub(crate) softmax: softmax::Kernels,
+}
+
+/// Plain Rust, for any CPU.
+const PORTABLE: Table = Table {
+    math: math::PORTABLE,
+    elementwise: elementwise::PORTABLE,
+    softmax: softmax::PORTABLE,
+};
+
+/// AVX2 + FMA (x86-64).
+#[cfg(target_arch = "x86_64")]
+const AVX2: Table = Table {
+    math: math::avx2::KERNELS,
+    elementwise: elementwise::avx2::KERNELS,
+    softmax: softmax::avx2::KERNELS,
+};
+
+/// AVX-512 (F, BW, VL, DQ), on top of AVX2 where a family has no 512-bit entries.
+#[cfg(target_arch = "x86_64")]
+const AVX512: Table = Table {
+    math: math::avx512::KERNELS,
+    elementwise: elementwise::avx512::KERNELS,
+    softmax: softmax::avx512::KERNELS,
+};
+
+/// NEON (aarch64's baseline).
+#[cfg(target_arch = "aarch64")]
+const NEON: Table = Table {
+    math: math::neon::KERNELS,
+    elementwise: elementwise::neon::KERNELS,
+    softmax: softmax::neon::KERNELS,
+};
+
+/// NEON with the dot-product extension: the int8 entries differ, not these.
+#[cfg(target_arch = "aarch64")]
+const NEON_DOT: Table = Table { ..NEON };
+
+impl Isa {
+    /// This ISA's microkernels. The per-ISA entries call `#[target_feature]` code, which is
+    /// sound because an `Isa` other than `Portable` exists only on CPUs that have its
+    /// features ([`Isa::detect`], [`Isa::parse`]).
+    pub(crate) fn table(self) -> &'static Table {
+        match self {
+            Isa::Portable => &PORTABLE,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => &AVX2,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => &AVX512,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => &NEON,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot => &NEON_DOT,
+        }
+    }
+}
+
+/// Defines safe functions, for a per-ISA file's table entries, whose bodies are compiled with
+/// the target features of the attribute given first, so that their loops vectorise for that
+/// ISA:
+///
+/// ```ignore
+/// compiled_with! {
+///     #[target_feature(enable = "avx2,fma")]
+///     fn row(x: &[f32], y: &mut [f32]) { super::row_impl::<true>(x, y) }
+/// }
+/// ```
+///
+/// The functions are `pub(super)`, for the family's `KERNELS`; nothing else may call them, as
+/// only [`Isa::table`] knows that the CPU has the features.
+// aarch64's tables need no target_feature build yet (NEON is its baseline).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_macros))]
+macro_rules! compiled_with {
+    (#[$features:meta] $($(#[$doc:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $(-> $r:ty)? $body:block)*) => {
+        $(
+            $(#[$doc])*
+            #[allow(clippy::too_many_arguments)]
+            pub(super) fn $name($($a: $t),*) $(-> $r)? {
+                #[$features]
+                #[inline]
+                #[allow(clippy::too_many_arguments)]
+                fn body($($a: $t),*) $(-> $r)? $body
+                // SAFETY: this function is reached only through the table of an ISA whose
+                // CPUs have the features `body` is compiled with (`Isa::table`; an `Isa` other
+                // than Portable exists only on such CPUs), the only requirement of its
+                // target_feature attribute.
+                unsafe { body($($a),*) }
+            }
+        )*
+    };
+}
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_imports))]
+pub(crate) use compiled_with;
