@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 /// The kernels' instruction set. A value other than `Portable` exists only where the CPU has
 /// its features ([`Isa::detect`], [`Isa::parse`] check them), which is what the kernels'
-/// `unsafe` calls into `#[target_feature]` code rely on.
+/// `unsafe` calls into code compiled with target features rely on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// Plain Rust, any architecture.

@@ -14,32 +14,6 @@
     allow(unused_variables, unused_mut, dead_code)
 )]
 
-/// Defines `fn NAME(ARGS.., wide: bool)` whose body is compiled twice: for AVX2, taken when
-/// `wide`, so that its loops vectorize 8 wide, and plain. Callers set `wide` only for the x86
-/// ISAs, whose CPUs have AVX2 (`Isa::has_avx2`).
-macro_rules! avx2_or_plain {
-    ($(#[$m:meta])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block) => {
-        $(#[$m])*
-        #[allow(clippy::too_many_arguments)]
-        fn $name($($a: $t,)* wide: bool) {
-            #[inline(always)]
-            fn body($($a: $t),*) $body
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2")]
-            unsafe fn avx2($($a: $t),*) {
-                body($($a),*)
-            }
-            #[cfg(target_arch = "x86_64")]
-            if wide {
-                // SAFETY: `wide` is set only for the x86 ISAs, whose CPUs have AVX2.
-                return unsafe { avx2($($a),*) };
-            }
-            let _ = wide;
-            body($($a),*)
-        }
-    };
-}
-
 pub mod backend;
 pub mod conv;
 pub mod conv_transpose;

@@ -13,7 +13,7 @@
 //! all a new ISA needs (docs/adding-a-kernel.md).
 
 use crate::isa::Isa;
-use crate::{elementwise, math, softmax};
+use crate::{elementwise, math, pool, qconv, qelementwise, qlinear, softmax, stride2};
 
 /// Every family's microkernels for one ISA.
 pub(crate) struct Table {
@@ -23,6 +23,16 @@ pub(crate) struct Table {
     pub(crate) elementwise: elementwise::Kernels,
     /// Softmax and LogSoftmax rows.
     pub(crate) softmax: softmax::Kernels,
+    /// QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear's loops.
+    pub(crate) quantize: qelementwise::Kernels,
+    /// QLinearConv's depthwise conversions.
+    pub(crate) qconv: qconv::Kernels,
+    /// The QLinear ops' loops: lookups, QLinearAdd, QLinearMul, QdqBinary.
+    pub(crate) qlinear: qlinear::Kernels,
+    /// Even/odd splits for stride-2 windows.
+    pub(crate) stride2: stride2::Kernels,
+    /// MaxPool and AveragePool rows and blocked planes.
+    pub(crate) pool: pool::Kernels,
 }
 
 /// Plain Rust, for any CPU.
@@ -30,6 +40,11 @@ const PORTABLE: Table = Table {
     math: math::PORTABLE,
     elementwise: elementwise::PORTABLE,
     softmax: softmax::PORTABLE,
+    quantize: qelementwise::PORTABLE,
+    qconv: qconv::PORTABLE,
+    qlinear: qlinear::PORTABLE,
+    stride2: stride2::PORTABLE,
+    pool: pool::PORTABLE,
 };
 
 /// AVX2 + FMA (x86-64).
@@ -38,6 +53,11 @@ const AVX2: Table = Table {
     math: math::avx2::KERNELS,
     elementwise: elementwise::avx2::KERNELS,
     softmax: softmax::avx2::KERNELS,
+    quantize: qelementwise::avx2::KERNELS,
+    qconv: qconv::avx2::KERNELS,
+    qlinear: qlinear::avx2::KERNELS,
+    stride2: stride2::avx2::KERNELS,
+    pool: pool::avx2::KERNELS,
 };
 
 /// AVX-512 (F, BW, VL, DQ), on top of AVX2 where a family has no 512-bit entries.
@@ -46,6 +66,19 @@ const AVX512: Table = Table {
     math: math::avx512::KERNELS,
     elementwise: elementwise::avx512::KERNELS,
     softmax: softmax::avx512::KERNELS,
+    quantize: qelementwise::avx512::KERNELS,
+    qconv: qconv::avx512::KERNELS,
+    qlinear: qlinear::avx512::KERNELS,
+    stride2: stride2::avx2::KERNELS,
+    pool: pool::avx2::KERNELS,
+};
+
+/// AVX-512 on a CPU that also has VBMI (byte permutes across a register): the int8 lookups
+/// take 64 bytes at a time. Picked by [`Isa::table`], as the ISA itself is AVX-512's.
+#[cfg(target_arch = "x86_64")]
+const AVX512_VBMI: Table = Table {
+    qlinear: qlinear::avx512::KERNELS_VBMI,
+    ..AVX512
 };
 
 /// NEON (aarch64's baseline).
@@ -54,6 +87,11 @@ const NEON: Table = Table {
     math: math::neon::KERNELS,
     elementwise: elementwise::neon::KERNELS,
     softmax: softmax::neon::KERNELS,
+    quantize: qelementwise::PORTABLE,
+    qconv: qconv::PORTABLE,
+    qlinear: qlinear::PORTABLE,
+    stride2: stride2::PORTABLE,
+    pool: pool::PORTABLE,
 };
 
 /// NEON with the dot-product extension: the int8 entries differ, not these.
@@ -61,7 +99,7 @@ const NEON: Table = Table {
 const NEON_DOT: Table = Table { ..NEON };
 
 impl Isa {
-    /// This ISA's microkernels. The per-ISA entries call `#[target_feature]` code, which is
+    /// This ISA's microkernels. The per-ISA entries call code compiled with target features, which is
     /// sound because an `Isa` other than `Portable` exists only on CPUs that have its
     /// features ([`Isa::detect`], [`Isa::parse`]).
     pub(crate) fn table(self) -> &'static Table {
@@ -69,6 +107,8 @@ impl Isa {
             Isa::Portable => &PORTABLE,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2Fma => &AVX2,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if std::arch::is_x86_feature_detected!("avx512vbmi") => &AVX512_VBMI,
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => &AVX512,
             #[cfg(target_arch = "aarch64")]
@@ -80,15 +120,8 @@ impl Isa {
 }
 
 /// Defines safe functions, for a per-ISA file's table entries, whose bodies are compiled with
-/// the target features of the attribute given first, so that their loops vectorise for that
-/// ISA:
-///
-/// ```ignore
-/// compiled_with! {
-///     #[target_feature(enable = "avx2,fma")]
-///     fn row(x: &[f32], y: &mut [f32]) { super::row_impl::<true>(x, y) }
-/// }
-/// ```
+/// the target features of the attribute given first (a `target_feature` attribute), so that
+/// their loops vectorise for that ISA; `softmax/avx2.rs` is the smallest example.
 ///
 /// The functions are `pub(super)`, for the family's `KERNELS`; nothing else may call them, as
 /// only [`Isa::table`] knows that the CPU has the features.

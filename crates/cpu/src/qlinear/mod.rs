@@ -21,6 +21,40 @@ use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, Op, OpError, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
+/// `y[i] = table[x[i]]`.
+pub(crate) type LookupFn = fn(&[u8; 256], &[u8], &mut [u8]);
+/// QdqBinary's run: see [`qdq_combine_impl`].
+pub(crate) type CombineFn =
+    fn(BinaryKind, Run<'_>, Dequantized, Run<'_>, Dequantized, Requantized, &mut [u8]);
+/// QLinearAdd's chunk: `x`, then `y` with its ratio (or none), into `out`, all of one length.
+pub(crate) type AddFn = fn(&AddArgs, &[u8], Option<(&[u8], f32)>, &mut [u8]);
+/// QLinearMul's chunk: `(x, zx)`, `(y, zy)` with a `y` value per plane of `plane` elements
+/// (element by element with planes of one), into `out` (`x`'s length).
+pub(crate) type MulFn = fn(&QMulKernel, (&[u8], i32), (&[u8], i32), usize, &mut [u8]);
+
+/// The QLinear family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    pub(crate) lookup: LookupFn,
+    pub(crate) qdq_combine: CombineFn,
+    /// None where the ISA has no QLinearAdd kernel (its 256x256 table runs instead).
+    pub(crate) add: Option<AddFn>,
+    /// None where the ISA has no QLinearMul kernel.
+    pub(crate) mul: Option<MulFn>,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    lookup: |t, x, y| y.iter_mut().zip(x).for_each(|(y, &x)| *y = t[x as usize]),
+    qdq_combine: qdq_combine_impl,
+    add: None,
+    mul: None,
+};
+
 /// Every value of an 8-bit type, in byte order.
 fn all_values(dtype: DType, repeat: usize) -> Result<Tensor, String> {
     let bytes: Vec<u8> = (0..256 * repeat).map(|i| (i / repeat) as u8).collect();
@@ -65,9 +99,8 @@ fn evaluate(
 #[derive(Debug)]
 struct UnaryTable {
     table: Vec<u8>,
-    /// Whether the AVX-512 VBMI lookup runs (the session's ISA is AVX-512 and the CPU has
-    /// VBMI): 64 bytes per three instructions instead of one byte per load.
-    vbmi: bool,
+    /// The ISA's lookup loop.
+    lookup: LookupFn,
     name: &'static str,
 }
 
@@ -83,21 +116,12 @@ fn unary_table(
     if table.len() != 256 {
         return Err(format!("table of {} entries, not 256", table.len()));
     }
-    let vbmi = unary_table_vbmi(isa);
-    Ok(UnaryTable { table, vbmi, name })
-}
-
-/// Whether the AVX-512 VBMI lookup runs: the session's ISA is AVX-512 and the CPU has VBMI.
-fn unary_table_vbmi(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        isa.has_avx512() && std::arch::is_x86_feature_detected!("avx512vbmi")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = isa;
-        false
-    }
+    let lookup = isa.table().qlinear.lookup;
+    Ok(UnaryTable {
+        table,
+        lookup,
+        name,
+    })
 }
 
 impl Kernel for UnaryTable {
@@ -118,14 +142,7 @@ impl Kernel for UnaryTable {
         let t: &[u8; 256] = self.table[..]
             .try_into()
             .map_err(|_| OpError("lookup table is not 256 entries".into()))?;
-        let one = |(x, y): (&[u8], &mut [u8])| {
-            #[cfg(target_arch = "x86_64")]
-            if self.vbmi {
-                // SAFETY: `vbmi` is set only where the CPU has AVX-512 F, BW and VBMI.
-                return unsafe { lookup_vbmi(t, x, y) };
-            }
-            y.iter_mut().zip(x).for_each(|(y, &x)| *y = t[x as usize]);
-        };
+        let one = |(x, y): (&[u8], &mut [u8])| (self.lookup)(t, x, y);
         let y = y.bytes_mut();
         split::for_chunks(y, 64, 1, |s, out| one((&x[s..s + out.len()], out)));
         Ok(())
@@ -147,7 +164,8 @@ struct ChannelTables {
     tables: Vec<u8>,
     /// Input shape (the plan's): planes of `inner` values, `channels` a batch item.
     x: Vec<usize>,
-    vbmi: bool,
+    /// The ISA's lookup loop.
+    lookup: LookupFn,
 }
 
 fn channel_tables(
@@ -160,11 +178,11 @@ fn channel_tables(
     if x.shape.len() < 2 || x.shape[1] * 256 != op.tables.len() {
         return Err("needs an input with a channel (axis 1) per table".into());
     }
-    let vbmi = unary_table_vbmi(isa);
+    let lookup = isa.table().qlinear.lookup;
     Ok(ChannelTables {
         tables: op.tables.clone(),
         x: x.shape.to_vec(),
-        vbmi,
+        lookup,
     })
 }
 
@@ -187,12 +205,7 @@ impl Kernel for ChannelTables {
             let t: &[u8; 256] = self.tables[c * 256..(c + 1) * 256]
                 .try_into()
                 .expect("256 entries a channel (checked at build)");
-            #[cfg(target_arch = "x86_64")]
-            if self.vbmi {
-                // SAFETY: `vbmi` is set only where the CPU has AVX-512 F, BW and VBMI.
-                return unsafe { lookup_vbmi(t, x, y) };
-            }
-            y.iter_mut().zip(x).for_each(|(y, &x)| *y = t[x as usize]);
+            (self.lookup)(t, x, y)
         };
         let workers = split::worth(Cost::elementwise(y.len(), 1, 1));
         split::for_rows(y, inner, workers, |p, y| {
@@ -207,41 +220,6 @@ impl Kernel for ChannelTables {
 
     fn prepacked_bytes(&self) -> usize {
         self.tables.len()
-    }
-}
-
-/// `y[i] = table[x[i]]`, 64 bytes at a time: two two-register byte permutes look up the low
-/// seven bits in each half of the table, and the top bit picks the half.
-///
-/// # Safety
-/// The CPU must have AVX-512 F, BW and VBMI.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
-unsafe fn lookup_vbmi(table: &[u8; 256], x: &[u8], y: &mut [u8]) {
-    use std::arch::x86_64::*;
-    let n = x.len().min(y.len());
-    // SAFETY: the four loads read the table's 256 bytes; every load and store below stays
-    // inside `x[..n]` and `y[..n]` (the last block through a mask of its `n - i` bytes).
-    unsafe {
-        let t = table.as_ptr() as *const __m512i;
-        let (t0, t1) = (_mm512_loadu_si512(t), _mm512_loadu_si512(t.add(1)));
-        let (t2, t3) = (_mm512_loadu_si512(t.add(2)), _mm512_loadu_si512(t.add(3)));
-        let look = |v: __m512i| {
-            let low = _mm512_permutex2var_epi8(t0, v, t1);
-            let high = _mm512_permutex2var_epi8(t2, v, t3);
-            _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high)
-        };
-        let mut i = 0;
-        while i + 64 <= n {
-            let v = _mm512_loadu_si512(x.as_ptr().add(i) as *const __m512i);
-            _mm512_storeu_si512(y.as_mut_ptr().add(i) as *mut __m512i, look(v));
-            i += 64;
-        }
-        if i < n {
-            let mask: __mmask64 = (1u64 << (n - i)) - 1;
-            let v = _mm512_maskz_loadu_epi8(mask, x.as_ptr().add(i) as *const i8);
-            _mm512_mask_storeu_epi8(y.as_mut_ptr().add(i) as *mut i8, mask, look(v));
-        }
     }
 }
 
@@ -442,7 +420,8 @@ impl Kernel for BinaryTable {
 /// rounds every element as the reference does, without the table's cache misses.
 #[derive(Debug)]
 struct QAddKernel {
-    isa: Isa,
+    /// The ISA's loop.
+    add: AddFn,
     signed: bool,
     /// Scale ratios to the output's, of A and B.
     ratios: (f32, f32),
@@ -474,10 +453,11 @@ fn per_tensor_operands(r: &KernelRequest) -> Result<[QParams; 3], String> {
 }
 
 fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
-    // Avx2Fma and Avx512 sessions run only on CPUs with AVX2 and FMA.
-    if !isa.has_avx2() {
-        return Err("needs x86 with AVX2 and FMA".into());
-    }
+    let add = isa
+        .table()
+        .qlinear
+        .add
+        .ok_or("needs x86 with AVX2 and FMA")?;
     let [qa, qb, qc] = per_tensor_operands(r)?;
     let (pairing, out_len) = pairing(r, false)?;
     let (ra, rb) = (qa.scale[0] / qc.scale[0], qb.scale[0] / qc.scale[0]);
@@ -489,7 +469,7 @@ fn qadd_kernel(r: &KernelRequest, isa: Isa) -> Result<QAddKernel, String> {
     };
     let fixed = qc.zero[0] as f32 - rx.mul_add(zx as f32, ry * zy as f32);
     Ok(QAddKernel {
-        isa,
+        add,
         signed: qa.signed,
         ratios: (ra, rb),
         fixed,
@@ -536,7 +516,6 @@ impl Kernel for QAddKernel {
             _ => self.fixed,
         };
         let args = AddArgs {
-            isa: self.isa,
             signed: self.signed,
             rx,
             constant,
@@ -546,7 +525,7 @@ impl Kernel for QAddKernel {
         split::for_chunks(y.bytes_mut(), 64, 2, |s, out| {
             let r = s..s + out.len();
             let y = other.map(|(o, ry)| (&o[r.clone()], ry));
-            args.run(&x[r], y, out);
+            (self.add)(&args, &x[r], y, out);
         });
         Ok(())
     }
@@ -572,7 +551,9 @@ impl QAddKernel {
 /// most lookups (mobilenet_v3_small_qop's 28 multiplies were a third of its run).
 #[derive(Debug)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-struct QMulKernel {
+pub(crate) struct QMulKernel {
+    /// The ISA's loop.
+    mul: MulFn,
     signed: bool,
     /// A's and B's zero points.
     zero: (i32, i32),
@@ -584,15 +565,14 @@ struct QMulKernel {
 }
 
 fn qmul_kernel(r: &KernelRequest, isa: Isa) -> Result<QMulKernel, String> {
-    if !isa.has_avx512() {
-        return Err("needs AVX-512".into());
-    }
+    let mul = isa.table().qlinear.mul.ok_or("needs AVX-512")?;
     let [qa, qb, qc] = per_tensor_operands(r)?;
     let (pairing, out_len) = pairing(r, true)?;
     if matches!(pairing, Pairing::Scalar { .. }) {
         return Err("a single-value operand reads one row of the table".into());
     }
     Ok(QMulKernel {
+        mul,
         signed: qa.signed,
         zero: (qa.zero[0], qb.zero[0]),
         ratio: qa.scale[0] * qb.scale[0] / qc.scale[0],
@@ -630,15 +610,7 @@ impl Kernel for QMulKernel {
         // Whole planes per task.
         let task = |first: usize, out: &mut [u8]| {
             let x = &full[first..first + out.len()];
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the kernel exists only in AVX-512 sessions (`qmul_kernel`), on CPUs with
-            // AVX-512 F/BW/VL; `x` and `out` have one length, and `part` holds a value for
-            // each of their elements' planes.
-            unsafe {
-                x86_mul::mul_avx512(self, (x, zf), (&part[first / plane..], zp), plane, out)
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = (first, x, out);
+            (self.mul)(self, (x, zf), (&part[first / plane..], zp), plane, out)
         };
         split::for_chunks(y, plane, 2, task);
         Ok(())
@@ -653,7 +625,7 @@ impl Kernel for QMulKernel {
 /// `flip` makes an int8's bits unsigned (0x80) and `offset` is then its zero point plus 128:
 /// the same integer `q - zero` as the reference's, so the same f32.
 #[derive(Clone, Copy, Debug)]
-struct Dequantized {
+pub(crate) struct Dequantized {
     flip: u8,
     offset: i32,
     scale: f32,
@@ -677,14 +649,14 @@ impl Dequantized {
 
 /// A run of one QdqBinary operand: a value per element, or one value for the whole run.
 #[derive(Clone, Copy)]
-enum Run<'a> {
+pub(crate) enum Run<'a> {
     Each(&'a [u8]),
     One(f32),
 }
 
 /// The output's quantization: `clamp(round_half_even(v / scale) + zero, lo, hi)`.
 #[derive(Clone, Copy, Debug)]
-struct Requantized {
+pub(crate) struct Requantized {
     scale: f32,
     zero: i32,
     lo: i32,
@@ -692,51 +664,51 @@ struct Requantized {
     signed: bool,
 }
 
-avx2_or_plain! {
-    /// `out = Q(DQ(a) kind DQ(b))` for a run of at most 256 elements, in the reference's f32
-    /// arithmetic: each operand's value, the float op, the division by the output's scale
-    /// (all vectorised; compiled a second time for AVX2).
-    fn qdq_combine(
-        kind: BinaryKind,
-        a: Run<'_>,
-        da: Dequantized,
-        b: Run<'_>,
-        db: Dequantized,
-        q: Requantized,
-        out: &mut [u8],
-    ) {
-        let mut buf = [0f32; 256];
-        let v = &mut buf[..out.len()];
-        let s = q.scale;
-        macro_rules! each {
-            ($f:expr) => {
-                match (a, b) {
-                    (Run::Each(a), Run::Each(b)) => {
-                        for ((v, &a), &b) in v.iter_mut().zip(a).zip(b) {
-                            *v = $f(da.value(a), db.value(b)) / s;
-                        }
+/// `out = Q(DQ(a) kind DQ(b))` for a run of at most 256 elements, in the reference's f32
+/// arithmetic: each operand's value, the float op, the division by the output's scale (all
+/// vectorised; compiled again per ISA).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn qdq_combine_impl(
+    kind: BinaryKind,
+    a: Run<'_>,
+    da: Dequantized,
+    b: Run<'_>,
+    db: Dequantized,
+    q: Requantized,
+    out: &mut [u8],
+) {
+    let mut buf = [0f32; 256];
+    let v = &mut buf[..out.len()];
+    let s = q.scale;
+    macro_rules! each {
+        ($f:expr) => {
+            match (a, b) {
+                (Run::Each(a), Run::Each(b)) => {
+                    for ((v, &a), &b) in v.iter_mut().zip(a).zip(b) {
+                        *v = $f(da.value(a), db.value(b)) / s;
                     }
-                    (Run::Each(a), Run::One(b)) => {
-                        for (v, &a) in v.iter_mut().zip(a) {
-                            *v = $f(da.value(a), b) / s;
-                        }
-                    }
-                    (Run::One(a), Run::Each(b)) => {
-                        for (v, &b) in v.iter_mut().zip(b) {
-                            *v = $f(a, db.value(b)) / s;
-                        }
-                    }
-                    (Run::One(a), Run::One(b)) => v.fill($f(a, b) / s),
                 }
-            };
-        }
-        match kind {
-            BinaryKind::Add => each!(|x: f32, y: f32| x + y),
-            BinaryKind::Sub => each!(|x: f32, y: f32| x - y),
-            _ => each!(|x: f32, y: f32| x * y),
-        }
-        crate::qgemm::requantize(v, q.zero, q.lo, q.hi, q.signed, out);
+                (Run::Each(a), Run::One(b)) => {
+                    for (v, &a) in v.iter_mut().zip(a) {
+                        *v = $f(da.value(a), b) / s;
+                    }
+                }
+                (Run::One(a), Run::Each(b)) => {
+                    for (v, &b) in v.iter_mut().zip(b) {
+                        *v = $f(a, db.value(b)) / s;
+                    }
+                }
+                (Run::One(a), Run::One(b)) => v.fill($f(a, b) / s),
+            }
+        };
     }
+    match kind {
+        BinaryKind::Add => each!(|x: f32, y: f32| x + y),
+        BinaryKind::Sub => each!(|x: f32, y: f32| x - y),
+        _ => each!(|x: f32, y: f32| x * y),
+    }
+    crate::qgemm::requantize(v, q.zero, q.lo, q.hi, q.signed, out);
 }
 
 /// QdqBinary over operands of one shape, one a single value, or one per channel: the
@@ -751,8 +723,8 @@ struct QdqBinaryKernel {
     y: Requantized,
     pairing: Pairing,
     out_len: usize,
-    /// Compile the loops for AVX2 (an x86 ISA).
-    wide: bool,
+    /// The ISA's loop.
+    combine: CombineFn,
 }
 
 fn qdq_binary_kernel(
@@ -776,7 +748,7 @@ fn qdq_binary_kernel(
         },
         pairing,
         out_len,
-        wide: isa.has_avx2(),
+        combine: isa.table().qlinear.qdq_combine,
     })
 }
 
@@ -805,7 +777,7 @@ impl QdqBinaryKernel {
                 }
             };
             let out = &mut out[i..i + n];
-            qdq_combine(self.kind, ra, self.a, rb, self.b, self.y, out, self.wide);
+            (self.combine)(self.kind, ra, self.a, rb, self.b, self.y, out);
             i += n;
         }
     }
@@ -839,204 +811,17 @@ impl Kernel for QdqBinaryKernel {
     }
 }
 
-/// One chunk's constants (read by the x86 code only; elsewhere the table kernel runs).
+/// One chunk's constants, for the ISA's [`AddFn`]: `out = clamp(round(x * rx + (y * ry +
+/// constant)))`, or `x * rx + constant` without `y`.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-struct AddArgs {
-    isa: Isa,
+pub(crate) struct AddArgs {
     signed: bool,
     rx: f32,
     /// `fixed`, plus `y * ry` when y is a single value.
     constant: f32,
     lo: i32,
     hi: i32,
-}
-
-impl AddArgs {
-    /// `out = clamp(round(x * rx + (y * ry + constant)))`, or `x * rx + constant`.
-    fn run(&self, x: &[u8], y: Option<(&[u8], f32)>, out: &mut [u8]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: QAddKernel is built only where the CPU has AVX2 and FMA (and an
-            // Avx512 session only where it has AVX-512 F/BW/VL); every slice is `out`'s length.
-            unsafe {
-                if self.isa.has_avx512() {
-                    x86_add::add_avx512(self, x, y, out)
-                } else {
-                    x86_add::add_avx2(self, x, y, out)
-                }
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (x, y, out);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86_mul {
-    use super::QMulKernel;
-    use std::arch::x86_64::*;
-
-    /// `out[i] = clamp(round((x[i] - zx) * (y - zy) * ratio + c_zero))`, `y` being `y[i]`
-    /// with planes of one, else the value of element `i`'s plane.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F/BW/VL; `x` and `out` have one length; `y` holds a value per
-    /// plane of `plane` elements of `x`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn mul_avx512(
-        k: &QMulKernel,
-        (x, zx): (&[u8], i32),
-        (y, zy): (&[u8], i32),
-        plane: usize,
-        out: &mut [u8],
-    ) {
-        let n = out.len();
-        assert!(x.len() == n && y.len() * plane >= n);
-        let (ratio, c) = (_mm512_set1_ps(k.ratio), _mm512_set1_ps(k.c_zero));
-        let (lo, hi) = if k.signed {
-            (-128.0, 127.0)
-        } else {
-            (0.0, 255.0)
-        };
-        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-        let (zxv, zyv) = (_mm512_set1_epi32(zx), _mm512_set1_epi32(zy));
-        let widen = |p: *const u8, mask: __mmask16| {
-            let v = _mm_maskz_loadu_epi8(mask, p as *const i8);
-            if k.signed {
-                _mm512_cvtepi8_epi32(v)
-            } else {
-                _mm512_cvtepu8_epi32(v)
-            }
-        };
-        let value = |b: u8| if k.signed { b as i8 as i32 } else { b as i32 };
-        // Elements `from..to` against `yv` (a per-plane value), or against `y` itself.
-        let run = |from: usize, to: usize, yv: Option<__m512i>, out: *mut u8| {
-            let mut i = from;
-            while i < to {
-                let m: __mmask16 = ((1u32 << (to - i).min(16)) - 1) as u16;
-                let a = _mm512_sub_epi32(widen(x.as_ptr().add(i), m), zxv);
-                let b = yv.unwrap_or_else(|| _mm512_sub_epi32(widen(y.as_ptr().add(i), m), zyv));
-                // Exact: |(x - zx) (y - zy)| <= 255 * 255, which f32 holds.
-                let p = _mm512_cvtepi32_ps(_mm512_mullo_epi32(a, b));
-                // The reference's two roundings: the product, then the sum (not fused).
-                let v = _mm512_add_ps(_mm512_mul_ps(p, ratio), c);
-                let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-                // Rounds half to even (the default rounding mode), as the reference does.
-                let q = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v));
-                _mm_mask_storeu_epi8(out.add(i) as *mut i8, m, q);
-                i += 16;
-            }
-        };
-        let dst = out.as_mut_ptr();
-        if plane == 1 {
-            run(0, n, None, dst);
-        } else {
-            for (p, &yb) in y.iter().enumerate().take(n.div_ceil(plane)) {
-                let yv = _mm512_set1_epi32(value(yb) - zy);
-                run(p * plane, ((p + 1) * plane).min(n), Some(yv), dst);
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86_add {
-    use super::AddArgs;
-    use std::arch::x86_64::*;
-
-    /// # Safety
-    /// The CPU has AVX-512F, BW and VL; `x`, `y` and `out` have one length.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
-    pub(super) unsafe fn add_avx512(
-        a: &AddArgs,
-        x: &[u8],
-        y: Option<(&[u8], f32)>,
-        out: &mut [u8],
-    ) {
-        let n = out.len();
-        assert!(x.len() == n && y.is_none_or(|(y, _)| y.len() == n));
-        let (rx, c) = (_mm512_set1_ps(a.rx), _mm512_set1_ps(a.constant));
-        let ry = _mm512_set1_ps(y.map_or(0.0, |(_, r)| r));
-        let (lo, hi) = (_mm512_set1_epi32(a.lo), _mm512_set1_epi32(a.hi));
-        let (flo, fhi) = (_mm512_set1_ps(-4_000_000.0), _mm512_set1_ps(4_000_000.0));
-        let widen = |p: *const u8, mask: __mmask16| {
-            let v = _mm_maskz_loadu_epi8(mask, p as *const i8);
-            _mm512_cvtepi32_ps(if a.signed {
-                _mm512_cvtepi8_epi32(v)
-            } else {
-                _mm512_cvtepu8_epi32(v)
-            })
-        };
-        let mut i = 0;
-        while i < n {
-            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
-            let xv = widen(x.as_ptr().add(i), m);
-            let inner = match y {
-                Some((y, _)) => _mm512_fmadd_ps(widen(y.as_ptr().add(i), m), ry, c),
-                None => c,
-            };
-            let v = _mm512_fmadd_ps(xv, rx, inner);
-            let v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
-            // Rounds half to even (the default rounding mode), as the reference does.
-            let q = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(v), lo), hi);
-            _mm_mask_storeu_epi8(
-                out.as_mut_ptr().add(i) as *mut i8,
-                m,
-                _mm512_cvtepi32_epi8(q),
-            );
-            i += 16;
-        }
-    }
-
-    /// # Safety
-    /// The CPU has AVX2 and FMA; `x`, `y` and `out` have one length.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn add_avx2(a: &AddArgs, x: &[u8], y: Option<(&[u8], f32)>, out: &mut [u8]) {
-        let n = out.len();
-        assert!(x.len() == n && y.is_none_or(|(y, _)| y.len() == n));
-        let (rx, c) = (_mm256_set1_ps(a.rx), _mm256_set1_ps(a.constant));
-        let ry = _mm256_set1_ps(y.map_or(0.0, |(_, r)| r));
-        let (lo, hi) = (_mm256_set1_epi32(a.lo), _mm256_set1_epi32(a.hi));
-        let (flo, fhi) = (_mm256_set1_ps(-4_000_000.0), _mm256_set1_ps(4_000_000.0));
-        let widen = |p: *const u8| {
-            let v = _mm_loadl_epi64(p as *const __m128i);
-            _mm256_cvtepi32_ps(if a.signed {
-                _mm256_cvtepi8_epi32(v)
-            } else {
-                _mm256_cvtepu8_epi32(v)
-            })
-        };
-        let mut i = 0;
-        while i + 8 <= n {
-            let xv = widen(x.as_ptr().add(i));
-            let inner = match y {
-                Some((y, _)) => _mm256_fmadd_ps(widen(y.as_ptr().add(i)), ry, c),
-                None => c,
-            };
-            let v = _mm256_fmadd_ps(xv, rx, inner);
-            let v = _mm256_min_ps(_mm256_max_ps(v, flo), fhi);
-            let q = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(v), lo), hi);
-            let mut lanes = [0i32; 8];
-            _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, q);
-            for (o, &q) in out[i..i + 8].iter_mut().zip(&lanes) {
-                *o = q as u8;
-            }
-            i += 8;
-        }
-        // The tail in scalar f32 with the same fused steps.
-        let value = |b: u8| if a.signed { b as i8 as f32 } else { b as f32 };
-        for j in i..n {
-            let inner = match y {
-                Some((y, ry)) => value(y[j]).mul_add(ry, a.constant),
-                None => a.constant,
-            };
-            let v = value(x[j])
-                .mul_add(a.rx, inner)
-                .clamp(-4_000_000.0, 4_000_000.0);
-            out[j] = (v.round_ties_even() as i32).clamp(a.lo, a.hi) as u8;
-        }
-    }
 }
 
 /// QLinearConcat: each input through its own 256-entry table (or copied, when its scale and

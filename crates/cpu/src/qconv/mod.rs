@@ -22,6 +22,11 @@ use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
 /// What flipping does to a zero point: the kernels see activations as u8 and weights as s8.
 pub(crate) fn flipped_zero(z: i32, signed: bool, want_signed: bool) -> i32 {
     match (signed, want_signed) {
@@ -95,9 +100,8 @@ const DEPTHWISE_CHUNK_VALUES: usize = 1 << 14;
 #[derive(Debug)]
 pub struct QConvKernel {
     path: QPath,
-    /// Whether the session's ISA is AVX-512 (the depthwise strategy's conversions).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    avx512: bool,
+    /// The session's ISA (the depthwise strategy's conversions).
+    isa: Isa,
     s: ConvShapes,
     x_shape: Vec<usize>,
     y_shape: Vec<usize>,
@@ -247,7 +251,7 @@ impl QConvKernel {
         };
         Ok(QConvKernel {
             path,
-            avx512: isa.has_avx512(),
+            isa,
             y_shape: s.output_shape(),
             x_shape: xi.shape.to_vec(),
             s,
@@ -539,7 +543,8 @@ impl QConvKernel {
     ) -> OpResult<()> {
         let in_plane: usize = self.x_shape[2..].iter().product();
         let out_plane: usize = self.y_shape[2..].iter().product();
-        let (xz, signed, avx2) = (self.x.zero[0], self.x.signed, self.path != QPath::Portable);
+        let (xz, signed) = (self.x.zero[0], self.x.signed);
+        let kernels = &self.isa.table().qconv;
         let (lo, hi) = range(self.y.signed);
         let q = (self.y.zero[0], lo, hi, self.y.signed);
         let base = b * self.s.out_channels + ch.first;
@@ -550,15 +555,7 @@ impl QConvKernel {
         scratch.with_thread(|own| -> OpResult<()> {
             let xf: &mut [f32] = own.take(ch.count * in_plane)?;
             let sums: &mut [f32] = own.take(ch.count * out_plane)?;
-            #[cfg(target_arch = "x86_64")]
-            if self.avx512 {
-                // SAFETY: an Avx512 session runs only on CPUs with AVX-512F and BW.
-                unsafe { avx512::centered(src, signed, xz, xf) };
-            } else {
-                centered(src, signed, xz, xf, avx2);
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            centered(src, signed, xz, xf, avx2);
+            (kernels.centered)(src, signed, xz, xf);
             ch.kernel
                 .compute(xf, ch.weights.as_slice::<f32>()?, None, sums)?;
             let sums: &[f32] = sums;
@@ -567,130 +564,62 @@ impl QConvKernel {
                 .zip(sums.chunks(out_plane.max(1)));
             for (i, (out, a)) in planes.enumerate() {
                 let c = ch.first + i;
-                #[cfg(target_arch = "x86_64")]
-                if self.avx512 {
-                    // SAFETY: an Avx512 session runs only on CPUs with AVX-512F, BW, VL.
-                    unsafe { avx512::requantize_sums(a, self.bias[c], self.mult[c], q, out) };
-                    continue;
-                }
-                requantize_sums(a, self.bias[c], self.mult[c], q, out, avx2);
+                (kernels.requantize_sums)(a, self.bias[c], self.mult[c], q, out);
             }
             Ok(())
         })
     }
 }
 
-avx2_or_plain! {
-    /// `out = x - zero` as f32 (the exact integer value).
-    fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
-        if signed {
-            for (o, &b) in out.iter_mut().zip(x) {
-                *o = (b as i8 as i32 - zero) as f32;
-            }
-        } else {
-            for (o, &b) in out.iter_mut().zip(x) {
-                *o = (b as i32 - zero) as f32;
-            }
-        }
-    }
-}
-
-avx2_or_plain! {
+/// The QLinearConv family's part of an ISA's microkernel table ([`crate::table`]): the depthwise
+/// strategy's conversions around its f32 kernel.
+pub(crate) struct Kernels {
+    /// `out = x - zero` as f32 (the exact integer value): (x, signed, zero, out).
+    pub(crate) centered: fn(&[u8], bool, i32, &mut [f32]),
     /// `out = requantize((sum + bias) * mult)`, the sum being an exact integer in f32 (a bias
     /// past 2^24 rounds there, far below the final rounding); `q` is the output's (zero, lo,
-    /// hi, signed).
-    fn requantize_sums(sum: &[f32], bias: i32, mult: f32, q: (i32, i32, i32, bool), out: &mut [u8]) {
-        let bias = bias as f32;
-        let mut vals = [0f32; 256];
-        for (out, a) in out.chunks_mut(256).zip(sum.chunks(256)) {
-            let v = &mut vals[..a.len()];
-            for (o, &a) in v.iter_mut().zip(a) {
-                *o = (a + bias) * mult;
-            }
-            requantize(v, q.0, q.1, q.2, q.3, out);
+    /// hi, signed): (sum, bias, mult, q, out).
+    pub(crate) requantize_sums: RequantizeSumsFn,
+}
+
+/// See [`Kernels::requantize_sums`].
+pub(crate) type RequantizeSumsFn = fn(&[f32], i32, f32, (i32, i32, i32, bool), &mut [u8]);
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    centered: centered_impl,
+    requantize_sums: requantize_sums_impl,
+};
+
+#[inline(always)]
+fn centered_impl(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
+    if signed {
+        for (o, &b) in out.iter_mut().zip(x) {
+            *o = (b as i8 as i32 - zero) as f32;
+        }
+    } else {
+        for (o, &b) in out.iter_mut().zip(x) {
+            *o = (b as i32 - zero) as f32;
         }
     }
 }
 
-/// The depthwise strategy's conversions on sixteen lanes (the compiler's own vectorization of
-/// [`centered`] and [`requantize_sums`] stays at eight even when AVX-512 is enabled).
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    /// [`super::centered`].
-    ///
-    /// # Safety
-    /// The CPU has AVX-512F and BW.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn centered(x: &[u8], signed: bool, zero: i32, out: &mut [f32]) {
-        let n = x.len().min(out.len());
-        let z = _mm512_set1_epi32(zero);
-        let mut i = 0;
-        while i < n {
-            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
-            // SAFETY: whole vectors lie inside the n values of both slices, the last one is
-            // masked to them.
-            unsafe {
-                let p = x.as_ptr().add(i);
-                let b = if i + 16 <= n {
-                    _mm_loadu_si128(p as *const __m128i)
-                } else {
-                    _mm_maskz_loadu_epi8(m, p as *const i8)
-                };
-                let v = if signed {
-                    _mm512_cvtepi8_epi32(b)
-                } else {
-                    _mm512_cvtepu8_epi32(b)
-                };
-                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(v, z));
-                if i + 16 <= n {
-                    _mm512_storeu_ps(out.as_mut_ptr().add(i), f);
-                } else {
-                    _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), m, f);
-                }
-            }
-            i += 16;
+#[inline(always)]
+fn requantize_sums_impl(
+    sum: &[f32],
+    bias: i32,
+    mult: f32,
+    q: (i32, i32, i32, bool),
+    out: &mut [u8],
+) {
+    let bias = bias as f32;
+    let mut vals = [0f32; 256];
+    for (out, a) in out.chunks_mut(256).zip(sum.chunks(256)) {
+        let v = &mut vals[..a.len()];
+        for (o, &a) in v.iter_mut().zip(a) {
+            *o = (a + bias) * mult;
         }
-    }
-
-    /// [`super::requantize_sums`]: `cvtps` rounds half to even, as the magic-number
-    /// rounding of `requantize` does.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512F, BW and VL.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn requantize_sums(
-        sum: &[f32],
-        bias: i32,
-        mult: f32,
-        q: (i32, i32, i32, bool),
-        out: &mut [u8],
-    ) {
-        let n = sum.len().min(out.len());
-        let (b, s) = (_mm512_set1_ps(bias as f32), _mm512_set1_ps(mult));
-        let narrow = crate::qgemm::x86::Narrow::new(q.0, q.1, q.2);
-        let mut i = 0;
-        while i < n {
-            let m: __mmask16 = ((1u32 << (n - i).min(16)) - 1) as u16;
-            // SAFETY: whole vectors lie inside the n values of both slices, the last one is
-            // masked to them.
-            unsafe {
-                let a = if i + 16 <= n {
-                    _mm512_loadu_ps(sum.as_ptr().add(i))
-                } else {
-                    _mm512_maskz_loadu_ps(m, sum.as_ptr().add(i))
-                };
-                let f = _mm512_mul_ps(_mm512_add_ps(a, b), s);
-                let (dst, bytes) = (out.as_mut_ptr().add(i), narrow.bytes(f));
-                if i + 16 <= n {
-                    _mm_storeu_si128(dst as *mut __m128i, bytes);
-                } else {
-                    _mm_mask_storeu_epi8(dst as *mut i8, m, bytes);
-                }
-            }
-            i += 16;
-        }
+        requantize(v, q.0, q.1, q.2, q.3, out);
     }
 }
 

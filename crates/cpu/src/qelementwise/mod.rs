@@ -15,6 +15,11 @@ use ferrolite_core::plan::{Kernel, KernelRequest};
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
 /// The one f32 scale and 8-bit zero point at slots 1 and 2 of a tensor of `dtype`.
 fn per_tensor(r: &KernelRequest, dtype: DType) -> Result<(f32, i32, bool), String> {
     let q = qparams(r, dtype, 1, 2, 1)?;
@@ -26,34 +31,54 @@ struct QuantizeKernel {
     scale: f32,
     zero: i32,
     signed: bool,
-    /// Compile the loops for AVX2 (an x86 ISA).
-    wide: bool,
+    isa: Isa,
 }
 
-avx2_or_plain! {
-    /// `y = clamp(round_half_even(x / scale) + zero, lo, hi)`.
-    fn quantize(x: &[f32], scale: f32, zero: i32, lo: i32, hi: i32, signed: bool, y: &mut [u8]) {
-        let mut v = [0f32; 256];
-        for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
-            let v = &mut v[..x.len()];
-            // Divided, as the spec (and numpy) computes it.
-            v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / scale);
-            requantize(v, zero, lo, hi, signed, y);
-        }
+/// The quantize family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// `y = clamp(round_half_even(x / scale) + zero, lo, hi)`: (x, scale, zero, lo, hi,
+    /// signed, y).
+    pub(crate) quantize: QuantizeFn,
+    /// `y = (x - zero) * scale`: (x, scale, zero, signed, y).
+    pub(crate) dequantize: fn(&[u8], f32, i32, bool, &mut [f32]),
+    /// The smallest and largest of `x` and 0, NaNs skipped (as `f32::min` / `max` do).
+    pub(crate) min_max: fn(&[f32]) -> (f32, f32),
+    /// `y = saturate(round_half_even(x / scale) + zero)` as u8, DynamicQuantizeLinear's
+    /// quantizing pass: (x, scale, zero, y).
+    pub(crate) quantize_u8: fn(&[f32], f32, i32, &mut [u8]),
+}
+
+/// See [`Kernels::quantize`].
+pub(crate) type QuantizeFn = fn(&[f32], f32, i32, i32, i32, bool, &mut [u8]);
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    quantize: quantize_impl,
+    dequantize: dequantize_impl,
+    min_max: min_max_impl,
+    quantize_u8: quantize_u8_impl,
+};
+
+#[inline(always)]
+fn quantize_impl(x: &[f32], scale: f32, zero: i32, lo: i32, hi: i32, signed: bool, y: &mut [u8]) {
+    let mut v = [0f32; 256];
+    for (x, y) in x.chunks(256).zip(y.chunks_mut(256)) {
+        let v = &mut v[..x.len()];
+        // Divided, as the spec (and numpy) computes it.
+        v.iter_mut().zip(x).for_each(|(v, &x)| *v = x / scale);
+        requantize(v, zero, lo, hi, signed, y);
     }
 }
 
-avx2_or_plain! {
-    /// `y = (x - zero) * scale`.
-    fn dequantize(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32]) {
-        if signed {
-            for (y, &b) in y.iter_mut().zip(x) {
-                *y = (b as i8 as i32 - zero) as f32 * scale;
-            }
-        } else {
-            for (y, &b) in y.iter_mut().zip(x) {
-                *y = (b as i32 - zero) as f32 * scale;
-            }
+#[inline(always)]
+fn dequantize_impl(x: &[u8], scale: f32, zero: i32, signed: bool, y: &mut [f32]) {
+    if signed {
+        for (y, &b) in y.iter_mut().zip(x) {
+            *y = (b as i8 as i32 - zero) as f32 * scale;
+        }
+    } else {
+        for (y, &b) in y.iter_mut().zip(x) {
+            *y = (b as i32 - zero) as f32 * scale;
         }
     }
 }
@@ -71,8 +96,9 @@ impl Kernel for QuantizeKernel {
             .ok_or_else(|| OpError("no output".into()))?;
         op_ensure!(y.numel() == x.len(), "output size differs from the input's");
         let (lo, hi) = if self.signed { (-128, 127) } else { (0, 255) };
-        let (scale, zero, signed, wide) = (self.scale, self.zero, self.signed, self.wide);
-        let one = |(x, y): (&[f32], &mut [u8])| quantize(x, scale, zero, lo, hi, signed, y, wide);
+        let (scale, zero, signed) = (self.scale, self.zero, self.signed);
+        let quantize = self.isa.table().quantize.quantize;
+        let one = |(x, y): (&[f32], &mut [u8])| quantize(x, scale, zero, lo, hi, signed, y);
         split::for_chunks(y.bytes_mut(), 64, 4, |s, out| {
             one((&x[s..s + out.len()], out))
         });
@@ -89,7 +115,7 @@ struct DequantizeKernel {
     scale: f32,
     zero: i32,
     signed: bool,
-    wide: bool,
+    isa: Isa,
 }
 
 impl Kernel for DequantizeKernel {
@@ -105,8 +131,9 @@ impl Kernel for DequantizeKernel {
             .ok_or_else(|| OpError("no output".into()))?;
         let y = y.as_mut_slice::<f32>()?;
         op_ensure!(y.len() == x.len(), "output size differs from the input's");
-        let (s, z, signed, wide) = (self.scale, self.zero, self.signed, self.wide);
-        let one = |(x, y): (&[u8], &mut [f32])| dequantize(x, s, z, signed, y, wide);
+        let (s, z, signed) = (self.scale, self.zero, self.signed);
+        let dequantize = self.isa.table().quantize.dequantize;
+        let one = |(x, y): (&[u8], &mut [f32])| dequantize(x, s, z, signed, y);
         split::for_chunks(y, 16, 1, |s, out| one((&x[s..s + out.len()], out)));
         Ok(())
     }
@@ -261,53 +288,9 @@ fn window_max(row: &[u8], g: &AxisGeometry, phases: &mut Vec<u8>, out: &mut [u8]
 }
 
 /// The smallest and largest of `x` and 0, NaNs skipped (as `f32::min` / `max` do).
-fn min_max(x: &[f32], wide: bool) -> (f32, f32) {
-    #[cfg(target_arch = "x86_64")]
-    if wide {
-        // SAFETY: `wide` is set only where the CPU has AVX2.
-        return unsafe { min_max_avx2(x) };
-    }
-    let _ = wide;
+fn min_max_impl(x: &[f32]) -> (f32, f32) {
     x.iter()
         .fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)))
-}
-
-/// [`min_max`] on four vectors of running minima and maxima (one scalar fold is a chain of
-/// dependent steps).
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn min_max_avx2(x: &[f32]) -> (f32, f32) {
-    use std::arch::x86_64::*;
-    const L: usize = 32;
-    let mut lo = [_mm256_setzero_ps(); 4];
-    let mut hi = [_mm256_setzero_ps(); 4];
-    let mut chunks = x.chunks_exact(L);
-    for c in &mut chunks {
-        for (j, (l, h)) in lo.iter_mut().zip(&mut hi).enumerate() {
-            // SAFETY: eight of the chunk's 32 values.
-            let v = unsafe { _mm256_loadu_ps(c.as_ptr().add(8 * j)) };
-            // min_ps(v, l) is l where v is NaN: NaNs are skipped.
-            *l = _mm256_min_ps(v, *l);
-            *h = _mm256_max_ps(v, *h);
-        }
-    }
-    let mut out = [0f32; 8];
-    let (mut a, mut b) = (0f32, 0f32);
-    for (l, h) in lo.iter().zip(&hi) {
-        // SAFETY: eight floats each.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), *l) };
-        a = out.iter().fold(a, |m, &v| m.min(v));
-        // SAFETY: as above.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), *h) };
-        b = out.iter().fold(b, |m, &v| m.max(v));
-    }
-    chunks
-        .remainder()
-        .iter()
-        .fold((a, b), |(lo, hi), &v| (lo.min(v), hi.max(v)))
 }
 
 /// DynamicQuantizeLinear: the range pass and the quantizing pass vectorized, with the
@@ -315,36 +298,6 @@ unsafe fn min_max_avx2(x: &[f32]) -> (f32, f32) {
 #[derive(Debug)]
 struct DynamicQuantizeKernel {
     isa: Isa,
-}
-
-/// `y = saturate(round_half_even(x / scale) + zero)` as u8, DynamicQuantizeLinear's quantizing
-/// pass, in the widest vectors the session's ISA has.
-fn quantize_u8(isa: Isa, x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx512() {
-        // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F/BW/VL/DQ, the only
-        // requirement of the target_feature function, whose body is safe code.
-        return unsafe { quantize_u8_avx512(x, scale, zero, y) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then).
-        return unsafe { quantize_u8_avx2(x, scale, zero, y) };
-    }
-    let _ = isa;
-    quantize_u8_impl(x, scale, zero, y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn quantize_u8_avx2(x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
-    quantize_u8_impl(x, scale, zero, y)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2")]
-unsafe fn quantize_u8_avx512(x: &[f32], scale: f32, zero: i32, y: &mut [u8]) {
-    quantize_u8_impl(x, scale, zero, y)
 }
 
 #[inline(always)]
@@ -374,7 +327,7 @@ impl Kernel for DynamicQuantizeKernel {
             x.len(),
             size_of::<f32>(),
             (0.0, 0.0),
-            |r| min_max(&x[r], self.isa.has_avx2()),
+            |r| (self.isa.table().quantize.min_max)(&x[r]),
             |a, b| (a.0.min(b.0), a.1.max(b.1)),
         );
         let range = if hi == lo { 1.0 } else { hi - lo };
@@ -383,7 +336,8 @@ impl Kernel for DynamicQuantizeKernel {
         let (y, rest) = outputs.split_at_mut(1);
         let y = &mut y[0];
         op_ensure!(y.numel() == x.len(), "output size differs from the input's");
-        let one = |(x, y): (&[f32], &mut [u8])| quantize_u8(self.isa, x, scale, zero as i32, y);
+        let quantize_u8 = self.isa.table().quantize.quantize_u8;
+        let one = |(x, y): (&[f32], &mut [u8])| quantize_u8(x, scale, zero as i32, y);
         split::for_chunks(y.bytes_mut(), 64, 4, |s, out| {
             one((&x[s..s + out.len()], out))
         });
@@ -446,7 +400,7 @@ pub(crate) fn register(r: &mut Registry) {
                 scale,
                 zero,
                 signed,
-                wide: r.cx.isa.has_avx2(),
+                isa: r.cx.isa,
             }))
         },
     );
@@ -473,7 +427,7 @@ pub(crate) fn register(r: &mut Registry) {
                 scale,
                 zero,
                 signed,
-                wide: r.cx.isa.has_avx2(),
+                isa: r.cx.isa,
             }))
         },
     );

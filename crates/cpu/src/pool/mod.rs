@@ -16,6 +16,39 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{needs, DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+
+/// See [`Kernels::window3x3s2_max`].
+pub(crate) type Window3x3s2Fn = fn([&[f32]; 3], usize, &mut [f32]);
+/// One block plane of a [`BlockedPoolKernel`]: `[H, W, 8]` into `[OH, OW, 8]`.
+pub(crate) type BlockedPlaneFn = fn(&BlockedPoolKernel, &[f32], &mut [f32]);
+
+/// The pooling family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// `out[j]` = the max of `row[j]` over the rows (see `reduce_rows`).
+    pub(crate) reduce_rows_max: fn(&mut [f32], &[&[f32]]),
+    /// The same, the sum.
+    pub(crate) reduce_rows_sum: fn(&mut [f32], &[&[f32]]),
+    /// One output row of a 3x3, stride-2 max window over three input rows, `pad` columns of
+    /// padding on the left: (rows, pad, out). None where the ISA has no such loop.
+    pub(crate) window3x3s2_max: Option<Window3x3s2Fn>,
+    /// The same, the sums.
+    pub(crate) window3x3s2_sum: Option<Window3x3s2Fn>,
+    pub(crate) blocked_plane_max: BlockedPlaneFn,
+    pub(crate) blocked_plane_avg: BlockedPlaneFn,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    reduce_rows_max: reduce_rows::<true>,
+    reduce_rows_sum: reduce_rows::<false>,
+    window3x3s2_max: None,
+    window3x3s2_sum: None,
+    blocked_plane_max: BlockedPoolKernel::plane_impl::<true>,
+    blocked_plane_avg: BlockedPoolKernel::plane_impl::<false>,
+};
+
 pub(crate) fn register(r: &mut Registry) {
     r.add::<Pool>("cpu.pool", "Pool", 10, DTypes::AllF32, Layout::Plain, pool);
     r.add::<GlobalPool>(
@@ -76,10 +109,19 @@ fn pool(p: &Pool, r: &Req) -> Built {
         gw,
         avg,
         count_include_pad: p.count_include_pad,
-        fused3x3s2: isa != Isa::Portable
-            && [&gh, &gw]
-                .iter()
-                .all(|g| g.kernel == 3 && g.stride == 2 && g.dilation == 1),
+        window3x3s2: if [&gh, &gw]
+            .iter()
+            .all(|g| g.kernel == 3 && g.stride == 2 && g.dilation == 1)
+        {
+            let t = &isa.table().pool;
+            if avg {
+                t.window3x3s2_sum
+            } else {
+                t.window3x3s2_max
+            }
+        } else {
+            None
+        },
     }))
 }
 
@@ -137,10 +179,9 @@ struct PoolKernel {
     w: AxisPlan,
     avg: bool,
     count_include_pad: bool,
-    /// 3x3 windows, stride 2, no dilation, on a CPU with AVX2: rows whose three input rows
-    /// all exist go through `window3x3s2` (vertical and horizontal in one pass).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fused3x3s2: bool,
+    /// 3x3 windows, stride 2, no dilation, where the ISA's table has the loop: rows whose
+    /// three input rows all exist go through it (vertical and horizontal in one pass).
+    window3x3s2: Option<Window3x3s2Fn>,
 }
 
 impl PoolKernel {
@@ -164,9 +205,9 @@ impl PoolKernel {
     /// `out[j]` = max (or sum) over `rows` of `row[j]`, from the identity; see [`reduce_rows`].
     fn reduce(&self, out: &mut [f32], rows: &[&[f32]]) {
         if self.avg {
-            reduce_rows::<false>(self.isa, out, rows)
+            (self.isa.table().pool.reduce_rows_sum)(out, rows)
         } else {
-            reduce_rows::<true>(self.isa, out, rows)
+            (self.isa.table().pool.reduce_rows_max)(out, rows)
         }
     }
 
@@ -186,13 +227,8 @@ impl PoolKernel {
                 let ih = gh.tap(oh, kh) as usize;
                 rows.push(&src[ih * iw..(ih + 1) * iw]);
             }
-            #[cfg(target_arch = "x86_64")]
-            if let (true, &[r0, r1, r2]) = (self.fused3x3s2, &rows[..]) {
-                if self.avg {
-                    window3x3s2::<false>([r0, r1, r2], gw.pad_begin, row);
-                } else {
-                    window3x3s2::<true>([r0, r1, r2], gw.pad_begin, row);
-                }
+            if let (Some(window3x3s2), &[r0, r1, r2]) = (self.window3x3s2, &rows[..]) {
+                window3x3s2([r0, r1, r2], gw.pad_begin, row);
                 self.divide(oh, row);
                 continue;
             }
@@ -386,25 +422,8 @@ fn pair<const MAX: bool>(acc: f32, v: f32) -> f32 {
 /// or 0; all of it when there are no rows). Rows go three at a time, so `out` is written once
 /// per three rows read instead of once per row; the loops compile for AVX2 where the CPU has
 /// it. Every row must hold at least `out.len()` values.
-fn reduce_rows<const MAX: bool>(isa: Isa, out: &mut [f32], rows: &[&[f32]]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.has_avx2() {
-        // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then), the only requirement of the
-        // target_feature function, whose body is safe code.
-        unsafe { reduce_rows_avx2::<MAX>(out, rows) };
-        return;
-    }
-    reduce_rows_impl::<MAX>(out, rows)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn reduce_rows_avx2<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
-    reduce_rows_impl::<MAX>(out, rows)
-}
-
 #[inline(always)]
-fn reduce_rows_impl<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
+fn reduce_rows<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
     let n = out.len();
     let id = identity::<MAX>();
     if rows.is_empty() {
@@ -433,85 +452,6 @@ fn reduce_rows_impl<const MAX: bool>(out: &mut [f32], rows: &[&[f32]]) {
             [] => {}
         }
     }
-}
-
-/// One output row of a 3x3, stride-2 window over the input rows `r` (all three inside the
-/// image), `pad` columns of padding on the left: the max (`MAX`) or sum of each window, folded
-/// in the order of the row-then-column path (rows, then taps; identity for padding columns),
-/// so both paths give the same values. Eight outputs at a time where their 17 input columns
-/// lie inside the rows, one at a time elsewhere.
-#[cfg(target_arch = "x86_64")]
-fn window3x3s2<const MAX: bool>(r: [&[f32]; 3], pad: usize, out: &mut [f32]) {
-    let iw = r[0].len().min(r[1].len()).min(r[2].len());
-    // The vector blocks: outputs j0.. whose windows start at column 2 j - pad >= 0.
-    let j0 = pad.div_ceil(2).min(out.len());
-    let mut j = j0;
-    let id = identity::<MAX>();
-    while j + 8 <= out.len() && 2 * j + 17 <= iw + pad {
-        // SAFETY: the CPU has AVX2 (fused3x3s2 is only set then); columns 2 j - pad up to
-        // 2 j - pad + 16 lie inside every row (checked just above), outputs j..j + 8 inside
-        // `out`.
-        unsafe { window3x3s2_block::<MAX>(r, 2 * j - pad, &mut out[j..j + 8]) };
-        j += 8;
-    }
-    // A last block ending at the row's end, overlapping the one before (same values).
-    let n = out.len();
-    if j < n && n >= j0 + 8 && 2 * (n - 8) + 17 <= iw + pad {
-        // SAFETY: as above, for outputs n - 8..n.
-        unsafe { window3x3s2_block::<MAX>(r, 2 * (n - 8) - pad, &mut out[n - 8..]) };
-        j = n;
-    }
-    // The rest: windows over the padding (or past the row's end, ceil mode).
-    let pair = pair::<MAX>;
-    let column = |c: i64| {
-        if c < 0 || c as usize >= iw {
-            return id;
-        }
-        r.iter().fold(id, |a, row| pair(a, row[c as usize]))
-    };
-    let (head, rest) = out.split_at_mut(j0);
-    let tail = &mut rest[j - j0..];
-    let edges = head.iter_mut().enumerate();
-    let edges = edges.chain(tail.iter_mut().enumerate().map(|(t, o)| (j + t, o)));
-    for (jj, o) in edges {
-        let c = 2 * jj as i64 - pad as i64;
-        *o = (0..3).fold(id, |a, kw| pair(a, column(c + kw)));
-    }
-}
-
-/// Eight outputs of [`window3x3s2`] from input column `c0`: each row's 17 values from `c0`
-/// reduced vertically, then split into even and odd columns by shuffles.
-///
-/// # Safety
-/// The CPU must support AVX2; every row must hold `c0 + 17` values and `out` 8.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn window3x3s2_block<const MAX: bool>(r: [&[f32]; 3], c0: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    debug_assert!(r.iter().all(|row| row.len() >= c0 + 17) && out.len() >= 8);
-    // `max_ps(v, acc)` is `v > acc ? v : acc`, the scalar fold's step (NaN never kept).
-    let step = |acc: __m256, v: __m256| {
-        if MAX {
-            _mm256_max_ps(v, acc)
-        } else {
-            _mm256_add_ps(acc, v)
-        }
-    };
-    let id = _mm256_set1_ps(identity::<MAX>());
-    let (mut a, mut b, mut c) = (id, id, id);
-    for row in r {
-        // SAFETY: 17 values from c0 lie inside the row (the caller's contract).
-        unsafe {
-            let p = row.as_ptr().add(c0);
-            a = step(a, _mm256_loadu_ps(p));
-            b = step(b, _mm256_loadu_ps(p.add(8)));
-            c = step(c, _mm256_set1_ps(*p.add(16)));
-        }
-    }
-    let [even, odd, next] = crate::stride2::avx2::window3_taps(a, b, c);
-    let v = step(step(step(id, even), odd), next);
-    // SAFETY: out holds 8 values (the caller's contract).
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
 }
 
 /// Max or average pooling of blocked (NCHWc) tensors `[N, C/8, H, W, 8]`: every tap is one
@@ -551,7 +491,7 @@ impl BlockedPoolKernel {
 
     /// One block plane `[H, W, 8]` into `dst` `[OH, OW, 8]`.
     #[inline(always)]
-    fn plane_impl<const MAX: bool>(&self, src: &[f32], dst: &mut [f32]) {
+    pub(crate) fn plane_impl<const MAX: bool>(&self, src: &[f32], dst: &mut [f32]) {
         let (iw, ow) = (self.gw.input, self.gw.output);
         for (oh, row) in dst.chunks_exact_mut(ow * LANES).enumerate() {
             for (o, out) in row.chunks_exact_mut(LANES).enumerate() {
@@ -582,138 +522,13 @@ impl BlockedPoolKernel {
     }
 
     fn plane(&self, src: &[f32], dst: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if self.isa.has_avx2() {
-            let (ih, iw) = (self.gh.input, self.gw.input);
-            assert!(src.len() >= ih * iw * LANES);
-            assert!(dst.len() >= self.gh.output * self.gw.output * LANES);
-            // SAFETY: the CPU has AVX2 (the Isa says so); the taps' rows and columns lie
-            // inside the plane (AxisPlan's ranges) whose size was asserted, and the outputs
-            // inside `dst` (asserted).
-            unsafe {
-                if self.avg {
-                    self.plane_avx2::<false>(src, dst)
-                } else {
-                    self.plane_avx2::<true>(src, dst)
-                }
-            };
-            return;
-        }
+        let t = &self.isa.table().pool;
         if self.avg {
-            self.plane_impl::<false>(src, dst)
+            (t.blocked_plane_avg)(self, src, dst)
         } else {
-            self.plane_impl::<true>(src, dst)
+            (t.blocked_plane_max)(self, src, dst)
         }
     }
-
-    /// [`Self::plane_impl`] with one register per pixel.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2; `src` must hold the input plane and `dst` the output plane.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn plane_avx2<const MAX: bool>(&self, src: &[f32], dst: &mut [f32]) {
-        let (iw, ow) = (self.gw.input, self.gw.output);
-        let (x, y) = (src.as_ptr(), dst.as_mut_ptr());
-        // Input coordinates of taps, as `AxisGeometry::tap` (inlined here).
-        let tap =
-            |g: &AxisGeometry, o: usize, k: usize| o * g.stride + k * g.dilation - g.pad_begin;
-        // Pixels whose window lies inside the row go four at a time: four independent
-        // chains instead of one waiting on each step.
-        let full = |o: usize| self.w.lo[o] == 0 && self.w.hi[o] == self.gw.kernel;
-        for oh in 0..self.gh.output {
-            let rows = tap(&self.gh, oh, self.h.lo[oh])..tap(&self.gh, oh, self.h.hi[oh]);
-            let mut o = 0;
-            while o < ow {
-                let cols = tap(&self.gw, o, self.w.lo[o])..tap(&self.gw, o, self.w.hi[o]);
-                let at = (oh * ow + o) * LANES;
-                if o + 4 <= ow && full(o) && full(o + 3) {
-                    // SAFETY: the windows' taps lie inside the plane (the caller's
-                    // contract) and pixels o..o + 4 inside the output row.
-                    let acc = unsafe {
-                        pool_pixels::<MAX, 4>(x, iw, &self.gh, &self.gw, rows.clone(), cols)
-                    };
-                    for (p, a) in acc.iter().enumerate() {
-                        self.store_avx2::<MAX>(*a, y, at + p * LANES, oh, o + p);
-                    }
-                    o += 4;
-                } else {
-                    // SAFETY: as above for pixel o.
-                    let acc = unsafe {
-                        pool_pixels::<MAX, 1>(x, iw, &self.gh, &self.gw, rows.clone(), cols)
-                    };
-                    self.store_avx2::<MAX>(acc[0], y, at, oh, o);
-                    o += 1;
-                }
-            }
-        }
-    }
-
-    /// Stores pixel (oh, o)'s max, or its sum divided by the window's count, at `y + at`.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    #[inline]
-    fn store_avx2<const MAX: bool>(
-        &self,
-        acc: std::arch::x86_64::__m256,
-        y: *mut f32,
-        at: usize,
-        oh: usize,
-        o: usize,
-    ) {
-        use std::arch::x86_64::*;
-        let mut v = [0f32; LANES];
-        // SAFETY: `v` holds eight values.
-        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc) };
-        if !MAX {
-            let cnt = if self.count_include_pad {
-                self.h.padded[oh] * self.w.padded[o]
-            } else {
-                (self.h.hi[oh] - self.h.lo[oh]) * (self.w.hi[o] - self.w.lo[o])
-            };
-            for v in &mut v {
-                *v = (*v as f64 / cnt as f64) as f32;
-            }
-        }
-        // SAFETY: the caller passes an output pixel inside the plane.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), y.add(at), LANES) };
-    }
-}
-
-/// The max (`MAX`) or sum over input `rows` x `cols` (stepped by the dilations) of `N`
-/// neighbouring output pixels, one register each.
-///
-/// # Safety
-/// The CPU must support AVX2; every tap of the `N` windows must lie inside the plane at `x`
-/// (row width `iw`, eight values per pixel).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn pool_pixels<const MAX: bool, const N: usize>(
-    x: *const f32,
-    iw: usize,
-    gh: &AxisGeometry,
-    gw: &AxisGeometry,
-    rows: std::ops::Range<usize>,
-    cols: std::ops::Range<usize>,
-) -> [std::arch::x86_64::__m256; N] {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_set1_ps(identity::<MAX>()); N];
-    for r in rows.step_by(gh.dilation) {
-        for c in cols.clone().step_by(gw.dilation) {
-            for (p, a) in acc.iter_mut().enumerate() {
-                // SAFETY: the caller's contract.
-                let v = unsafe { _mm256_loadu_ps(x.add((r * iw + c + p * gw.stride) * LANES)) };
-                // `max_ps(v, acc)` is `v > acc ? v : acc`, the scalar fold's step.
-                *a = if MAX {
-                    _mm256_max_ps(v, *a)
-                } else {
-                    _mm256_add_ps(*a, v)
-                };
-            }
-        }
-    }
-    acc
 }
 
 impl Kernel for BlockedPoolKernel {
