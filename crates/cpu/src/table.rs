@@ -13,7 +13,10 @@
 //! all a new ISA needs (docs/adding-a-kernel.md).
 
 use crate::isa::Isa;
-use crate::{elementwise, math, pool, qconv, qelementwise, qlinear, softmax, stride2};
+use crate::{
+    conv, depthwise, elementwise, math, pool, qconv, qconv_nhwc, qelementwise, qlinear, qpool_nhwc,
+    softmax, stride2, winograd,
+};
 
 /// Every family's microkernels for one ISA.
 pub(crate) struct Table {
@@ -33,6 +36,16 @@ pub(crate) struct Table {
     pub(crate) stride2: stride2::Kernels,
     /// MaxPool and AveragePool rows and blocked planes.
     pub(crate) pool: pool::Kernels,
+    /// The f32 depthwise convolution's row and channel-blocked loops.
+    pub(crate) depthwise: depthwise::Kernels,
+    /// The im2col convolution's packing.
+    pub(crate) conv: conv::Kernels,
+    /// The Winograd convolution's transforms.
+    pub(crate) winograd: winograd::Kernels,
+    /// The NHWC 8-bit MaxPool's rows.
+    pub(crate) qpool_nhwc: qpool_nhwc::Kernels,
+    /// The channels-last QLinearConv's depthwise loops.
+    pub(crate) qconv_nhwc: qconv_nhwc::Kernels,
 }
 
 /// Plain Rust, for any CPU.
@@ -45,6 +58,11 @@ const PORTABLE: Table = Table {
     qlinear: qlinear::PORTABLE,
     stride2: stride2::PORTABLE,
     pool: pool::PORTABLE,
+    depthwise: depthwise::PORTABLE,
+    conv: conv::PORTABLE,
+    winograd: winograd::PORTABLE,
+    qpool_nhwc: qpool_nhwc::PORTABLE,
+    qconv_nhwc: qconv_nhwc::PORTABLE,
 };
 
 /// AVX2 + FMA (x86-64).
@@ -58,6 +76,11 @@ const AVX2: Table = Table {
     qlinear: qlinear::avx2::KERNELS,
     stride2: stride2::avx2::KERNELS,
     pool: pool::avx2::KERNELS,
+    depthwise: depthwise::avx2::KERNELS,
+    conv: conv::avx2::KERNELS,
+    winograd: winograd::avx2::KERNELS,
+    qpool_nhwc: qpool_nhwc::PORTABLE,
+    qconv_nhwc: qconv_nhwc::avx2::KERNELS,
 };
 
 /// AVX-512 (F, BW, VL, DQ), on top of AVX2 where a family has no 512-bit entries.
@@ -71,6 +94,11 @@ const AVX512: Table = Table {
     qlinear: qlinear::avx512::KERNELS,
     stride2: stride2::avx2::KERNELS,
     pool: pool::avx2::KERNELS,
+    depthwise: depthwise::avx2::KERNELS,
+    conv: conv::avx2::KERNELS,
+    winograd: winograd::avx2::KERNELS,
+    qpool_nhwc: qpool_nhwc::avx512::KERNELS,
+    qconv_nhwc: qconv_nhwc::avx512::KERNELS,
 };
 
 /// AVX-512 on a CPU that also has VBMI (byte permutes across a register): the int8 lookups
@@ -92,6 +120,11 @@ const NEON: Table = Table {
     qlinear: qlinear::PORTABLE,
     stride2: stride2::PORTABLE,
     pool: pool::PORTABLE,
+    depthwise: depthwise::PORTABLE,
+    conv: conv::PORTABLE,
+    winograd: winograd::PORTABLE,
+    qpool_nhwc: qpool_nhwc::PORTABLE,
+    qconv_nhwc: qconv_nhwc::PORTABLE,
 };
 
 /// NEON with the dot-product extension: the int8 entries differ, not these.

@@ -1198,34 +1198,13 @@ impl Product<'_> {
             // SAFETY: these paths exist only on CPUs with AVX2 and FMA, the AVX-512 one only on
             // CPUs with AVX-512 F/BW/VL/DQ and VNNI; the caller's contract carries over.
             #[cfg(target_arch = "x86_64")]
-            QPath::Avx2 | QPath::AvxVnni => self.epilogue_avx2(m0, n0, tile, nr, sink),
+            QPath::Avx2 | QPath::AvxVnni => x86::epilogue_avx2(self, m0, n0, tile, nr, sink),
             #[cfg(target_arch = "x86_64")]
-            QPath::Avx512Vnni | QPath::Amx => self.epilogue_avx512(m0, n0, tile, nr, sink),
+            QPath::Avx512Vnni | QPath::Amx => x86::epilogue_avx512(self, m0, n0, tile, nr, sink),
             // Portable and NEON (aarch64's baseline, which the plain loops vectorise to).
             #[allow(unreachable_patterns)]
             _ => self.epilogue_body(m0, n0, tile, nr, sink),
         }
-    }
-
-    /// The epilogue compiled for AVX2, so that its loops vectorize 8 wide.
-    ///
-    /// # Safety
-    /// As [`Product::epilogue`], on a CPU with AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn epilogue_avx2(&self, m0: usize, n0: usize, tile: &[i32], nr: usize, sink: Sink) {
-        self.epilogue_body(m0, n0, tile, nr, sink)
-    }
-
-    /// The epilogue compiled for AVX-512, its loops 16 wide (the 32-column tiles of the VNNI
-    /// path are two vectors a row).
-    ///
-    /// # Safety
-    /// As [`Product::epilogue`], on a CPU with AVX-512 F/BW/VL/DQ, AVX2 and FMA.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    unsafe fn epilogue_avx512(&self, m0: usize, n0: usize, tile: &[i32], nr: usize, sink: Sink) {
-        self.epilogue_body(m0, n0, tile, nr, sink)
     }
 
     /// # Safety

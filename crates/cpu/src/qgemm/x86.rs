@@ -1,6 +1,7 @@
 //! The x86 integer tiles: AVX2 `vpmaddwd` on i16 pairs, and AVX-VNNI (256-bit) and AVX-512
 //! VNNI `vpdpbusd` on byte quads. Each computes a whole `MR x NR` tile over all of `k` in registers.
 
+use super::{Product, Sink};
 use std::arch::x86_64::*;
 
 pub const AVX2_MR: usize = 6;
@@ -709,4 +710,39 @@ unsafe fn quantize_columns_impl(tile: *const i32, q: &ColumnQuantized) {
             [0, 1].map(|h| _mm512_loadu_si512(tile.add(r * AMX_NR + 16 * h) as *const __m512i));
         columns.store(q, r, &acc);
     }
+}
+
+/// The epilogue compiled for AVX2, so that its loops vectorize 8 wide.
+///
+/// # Safety
+/// As [`Product::epilogue`], on a CPU with AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn epilogue_avx2(
+    p: &Product,
+    m0: usize,
+    n0: usize,
+    tile: &[i32],
+    nr: usize,
+    sink: Sink,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { p.epilogue_body(m0, n0, tile, nr, sink) }
+}
+
+/// The epilogue compiled for AVX-512, its loops 16 wide (the 32-column tiles of the VNNI
+/// path are two vectors a row).
+///
+/// # Safety
+/// As [`Product::epilogue`], on a CPU with AVX-512 F/BW/VL/DQ, AVX2 and FMA.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+pub(super) unsafe fn epilogue_avx512(
+    p: &Product,
+    m0: usize,
+    n0: usize,
+    tile: &[i32],
+    nr: usize,
+    sink: Sink,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { p.epilogue_body(m0, n0, tile, nr, sink) }
 }

@@ -1,7 +1,7 @@
 //! Direct 2-D depthwise convolution (group == C == M): each input plane is copied once into a
 //! zero-padded, stride-deinterleaved buffer, so every kernel tap becomes a contiguous
-//! multiply-add along the output row (vectorised by the compiler; compiled a second time with
-//! AVX2 + FMA enabled and picked at run time). 3x3 kernels sum all nine taps in one pass; at
+//! multiply-add along the output row (vectorised by the compiler, and compiled per ISA in
+//! `depthwise/avx2.rs`, reached through the ISA's table). 3x3 kernels sum all nine taps in one pass; at
 //! stride 1 the whole plane is one flat run (see `Plane::flat`).
 //!
 //! Small planes (short output rows) give that row path too little to vectorise, so they take
@@ -19,7 +19,7 @@ use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 
 /// Geometry of one plane.
 #[derive(Clone, Copy, Debug)]
-struct Plane {
+pub(crate) struct Plane {
     ih: usize,
     iw: usize,
     oh: usize,
@@ -42,6 +42,90 @@ struct Plane {
 /// Channels processed together by the channel-blocked path.
 const LANES: usize = 8;
 type Lanes = [f32; LANES];
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+
+/// The SIMD pieces that the depthwise loops are generic over: plain Rust here ([`Plain`]),
+/// intrinsics in the per-ISA files. The loops compiled with an ISA's features and its `Simd`
+/// fill that ISA's [`Kernels`].
+trait Simd {
+    /// [`weighted_taps`] for nine taps; false where the ISA has no such loop.
+    fn taps9(src: &[f32], offs: &[usize; 9], w: &[f32; 9], bias: f32, out: &mut [f32]) -> bool;
+    /// `PX` adjacent output pixels whose receptive fields start at `buf[base + px * step]`,
+    /// written as `[PX][8]` into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn blocked_pixels<const PX: usize>(
+        buf: &[f32],
+        taps: &Taps,
+        w: &[Lanes],
+        bias: &Lanes,
+        base: usize,
+        step: usize,
+        out: &mut [f32],
+    );
+    /// Transposes an 8x8 block: `out[j][i] = rows[i][j]`.
+    fn transpose8(rows: [&Lanes; LANES]) -> [Lanes; LANES];
+}
+
+/// Plain Rust (and NEON, aarch64's baseline, to which the plain loops vectorise).
+struct Plain;
+
+impl Simd for Plain {
+    #[inline(always)]
+    fn taps9(_: &[f32], _: &[usize; 9], _: &[f32; 9], _: f32, _: &mut [f32]) -> bool {
+        false
+    }
+
+    #[inline(always)]
+    fn blocked_pixels<const PX: usize>(
+        buf: &[f32],
+        taps: &Taps,
+        w: &[Lanes],
+        bias: &Lanes,
+        base: usize,
+        step: usize,
+        out: &mut [f32],
+    ) {
+        blocked_pixels_plain::<PX>(buf, taps, w, bias, base, step, out)
+    }
+
+    #[inline(always)]
+    fn transpose8(rows: [&Lanes; LANES]) -> [Lanes; LANES] {
+        std::array::from_fn(|j| std::array::from_fn(|i| rows[i][j]))
+    }
+}
+
+/// One output plane of the row path: (plane, x, w, bias, activation, y, scratch).
+pub(crate) type PlaneFn =
+    fn(&Plane, &[f32], &[f32], f32, Option<UnaryKind>, &mut [f32], &mut PlaneScratch);
+/// One block of up to 8 channels of the channel-blocked path: (plane, taps, x, w, bias,
+/// activation, y, channels, buffer).
+pub(crate) type BlockedFn = fn(
+    &Plane,
+    &Taps,
+    &[f32],
+    &[Lanes],
+    &Lanes,
+    Option<UnaryKind>,
+    &mut [f32],
+    usize,
+    &mut Vec<f32>,
+);
+
+/// The depthwise family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    pub(crate) plane: PlaneFn,
+    pub(crate) blocked: BlockedFn,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    plane: |p, x, w, bias, act, y, scratch| {
+        plane::<Plain>(Isa::Portable, p, x, w, bias, act, y, scratch)
+    },
+    blocked: blocked::<Plain>,
+};
 
 /// Output rows at most this long take the channel-blocked path, which always takes non-3x3
 /// kernels. Measured: the flat stride-1 run wins from 28-wide rows (not at 14), the
@@ -164,7 +248,7 @@ impl DepthwiseKernel {
 /// Scratch of the row path for one plane geometry, kept across the planes of a run: the
 /// padded (and stride-deinterleaved) plane, whose borders are never written after the first
 /// zero fill, the flat run's output, and every tap's offset in the padded plane.
-struct PlaneScratch {
+pub(crate) struct PlaneScratch {
     buf: Vec<f32>,
     padded: usize,
     offs: Vec<usize>,
@@ -237,10 +321,10 @@ fn copy_row(dst: &mut [f32], src: &[f32]) {
     }
 }
 
-/// One output plane. `AVX` runs the flat 3x3 run with FMA intrinsics.
+/// One output plane, `S`'s loops inside.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn plane<const AVX: bool>(
+fn plane<S: Simd>(
     isa: Isa,
     p: &Plane,
     x: &[f32],
@@ -277,7 +361,7 @@ fn plane<const AVX: bool>(
     let ow = p.ow;
     let (buf, offs) = (&*buf, &scratch.offs);
     if p.flat() {
-        taps::<AVX>(buf, offs, w, bias, flat_out);
+        taps::<S>(buf, offs, w, bias, flat_out);
         for (out, run) in y.chunks_exact_mut(ow).zip(flat_out.chunks(row_len)) {
             copy_row(out, run);
         }
@@ -285,20 +369,18 @@ fn plane<const AVX: bool>(
         return;
     }
     for (oy, out) in y.chunks_exact_mut(ow).enumerate().take(p.oh) {
-        taps::<AVX>(&buf[oy * p.sh * row_len..], offs, w, bias, out);
+        taps::<S>(&buf[oy * p.sh * row_len..], offs, w, bias, out);
         activate(act, out);
     }
 }
 
-/// [`weighted_taps`], through the AVX2 nine-tap kernel when `AVX` and the kernel is 3x3.
+/// [`weighted_taps`], through the ISA's nine-tap loop where it has one and the kernel is 3x3.
 #[inline(always)]
-fn taps<const AVX: bool>(src: &[f32], offs: &[usize], w: &[f32], bias: f32, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if let (true, Ok(o), Ok(w9)) = (AVX, <&[usize; 9]>::try_from(offs), <&[f32; 9]>::try_from(w)) {
-        // SAFETY: AVX is only true in code reached from `plane_avx2`, which runs only when
-        // the CPU supports AVX2 and FMA.
-        unsafe { taps9_avx2(src, o, w9, bias, out) };
-        return;
+fn taps<S: Simd>(src: &[f32], offs: &[usize], w: &[f32], bias: f32, out: &mut [f32]) {
+    if let (Ok(o), Ok(w9)) = (<&[usize; 9]>::try_from(offs), <&[f32; 9]>::try_from(w)) {
+        if S::taps9(src, o, w9, bias, out) {
+            return;
+        }
     }
     weighted_taps(src, offs, w, bias, out);
 }
@@ -329,78 +411,9 @@ fn weighted_taps(src: &[f32], offs: &[usize], w: &[f32], bias: f32, out: &mut [f
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn plane_avx2(
-    p: &Plane,
-    x: &[f32],
-    w: &[f32],
-    bias: f32,
-    act: Option<UnaryKind>,
-    y: &mut [f32],
-    scratch: &mut PlaneScratch,
-) {
-    plane::<true>(Isa::Avx2Fma, p, x, w, bias, act, y, scratch)
-}
-
-/// [`weighted_taps`] for nine taps: four vectors of outputs at a time, then single vectors,
-/// then single values, each tap's weight in a register (fused multiply-adds in tap order).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn taps9_avx2(src: &[f32], offs: &[usize; 9], w: &[f32; 9], bias: f32, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let n = out.len();
-    let end = offs.iter().max().map_or(0, |&m| m + n);
-    assert!(end <= src.len());
-    let wv: [__m256; 9] = std::array::from_fn(|t| _mm256_set1_ps(w[t]));
-    let b = _mm256_set1_ps(bias);
-    let mut i = 0;
-    while i + 32 <= n {
-        let mut acc = [b; 4];
-        for (&off, &wt) in offs.iter().zip(&wv) {
-            // SAFETY: reads 32 floats from off + i, and off + i + 32 <= max(offs) + n <= len
-            // (asserted above).
-            let s = unsafe { src.as_ptr().add(off + i) };
-            for (u, a) in acc.iter_mut().enumerate() {
-                // SAFETY: as above.
-                *a = _mm256_fmadd_ps(unsafe { _mm256_loadu_ps(s.add(8 * u)) }, wt, *a);
-            }
-        }
-        for (u, a) in acc.iter().enumerate() {
-            // SAFETY: i + 32 <= n = out.len().
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i + 8 * u), *a) };
-        }
-        i += 32;
-    }
-    // Rows of stride-2 planes (28 to 112 outputs) end in a few single vectors.
-    while i + 8 <= n {
-        let mut acc = b;
-        for (&off, &wt) in offs.iter().zip(&wv) {
-            // SAFETY: reads 8 floats from off + i, within max(offs) + n (asserted above).
-            acc = _mm256_fmadd_ps(
-                unsafe { _mm256_loadu_ps(src.as_ptr().add(off + i)) },
-                wt,
-                acc,
-            );
-        }
-        // SAFETY: i + 8 <= n = out.len().
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i), acc) };
-        i += 8;
-    }
-    for (j, o) in out.iter_mut().enumerate().skip(i) {
-        *o = offs
-            .iter()
-            .zip(w)
-            .fold(bias, |acc, (&off, &wt)| src[off + j].mul_add(wt, acc));
-    }
-}
-
 /// Offsets (in floats) of every tap inside the interleaved padded buffer, relative to the
 /// output pixel's origin, and their maximum (bounds the unchecked loads).
-struct Taps {
+pub(crate) struct Taps {
     offs: Vec<usize>,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     max: usize,
@@ -417,10 +430,10 @@ impl Taps {
 }
 
 /// `PX` adjacent output pixels whose receptive fields start at `buf[base + px * step]`,
-/// written as `[PX][8]` into `out`. `AVX` runs the FMA intrinsics version.
+/// written as `[PX][8]` into `out`, in plain Rust ([`Simd::blocked_pixels`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn blocked_pixels<const PX: usize, const AVX: bool>(
+fn blocked_pixels_plain<const PX: usize>(
     buf: &[f32],
     taps: &Taps,
     w: &[Lanes],
@@ -429,13 +442,6 @@ fn blocked_pixels<const PX: usize, const AVX: bool>(
     step: usize,
     out: &mut [f32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if AVX {
-        // SAFETY: AVX is only true in code reached from `blocked_avx2`, which runs only when
-        // the CPU supports AVX2 and FMA.
-        unsafe { blocked_pixels_avx::<PX>(buf, taps, w, bias, base, step, out) };
-        return;
-    }
     let mut acc = [*bias; PX];
     for (&off, wt) in taps.offs.iter().zip(w) {
         for (px, a) in acc.iter_mut().enumerate() {
@@ -450,95 +456,9 @@ fn blocked_pixels<const PX: usize, const AVX: bool>(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn blocked_pixels_avx<const PX: usize>(
-    buf: &[f32],
-    taps: &Taps,
-    w: &[Lanes],
-    bias: &Lanes,
-    base: usize,
-    step: usize,
-    out: &mut [f32],
-) {
-    use std::arch::x86_64::*;
-    let end = base + (PX - 1) * step + taps.max + LANES;
-    assert!(end <= buf.len() && w.len() >= taps.offs.len() && out.len() >= PX * LANES);
-    // SAFETY: `bias` is a whole [f32; 8].
-    let mut acc = [unsafe { _mm256_loadu_ps(bias.as_ptr()) }; PX];
-    for (&off, wt) in taps.offs.iter().zip(w) {
-        // SAFETY: `wt` is a whole [f32; 8]; every input load reads 8 floats starting at
-        // base + px * step + off <= base + (PX - 1) * step + taps.max, which `end` bounds
-        // by buf.len() (asserted above; taps.max is the largest offset).
-        unsafe {
-            let wv = _mm256_loadu_ps(wt.as_ptr());
-            let src = buf.as_ptr().add(base + off);
-            for (px, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(src.add(px * step)), wv, *a);
-            }
-        }
-    }
-    for (px, a) in acc.iter().enumerate() {
-        // SAFETY: out holds at least PX * 8 floats (asserted above).
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(px * LANES), *a) };
-    }
-}
-
-/// Transposes an 8x8 block: `out[j][i] = rows[i][j]`.
-#[inline(always)]
-fn transpose8<const AVX: bool>(rows: [&Lanes; LANES]) -> [Lanes; LANES] {
-    #[cfg(target_arch = "x86_64")]
-    if AVX {
-        // SAFETY: AVX is only true in code reached from `blocked_avx2`, which runs only when
-        // the CPU supports AVX2 and FMA.
-        return unsafe { transpose8_avx(rows) };
-    }
-    std::array::from_fn(|j| std::array::from_fn(|i| rows[i][j]))
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn transpose8_avx(rows: [&Lanes; LANES]) -> [Lanes; LANES] {
-    use std::arch::x86_64::*;
-    // SAFETY: every load reads one whole `[f32; 8]` through a valid reference.
-    let r: [__m256; 8] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(rows[i].as_ptr()) });
-    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    let s0 = _mm256_shuffle_ps(t0, t2, 0x44);
-    let s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    let s2 = _mm256_shuffle_ps(t1, t3, 0x44);
-    let s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    let s4 = _mm256_shuffle_ps(t4, t6, 0x44);
-    let s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    let s6 = _mm256_shuffle_ps(t5, t7, 0x44);
-    let s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    let o = [
-        _mm256_permute2f128_ps(s0, s4, 0x20),
-        _mm256_permute2f128_ps(s1, s5, 0x20),
-        _mm256_permute2f128_ps(s2, s6, 0x20),
-        _mm256_permute2f128_ps(s3, s7, 0x20),
-        _mm256_permute2f128_ps(s0, s4, 0x31),
-        _mm256_permute2f128_ps(s1, s5, 0x31),
-        _mm256_permute2f128_ps(s2, s6, 0x31),
-        _mm256_permute2f128_ps(s3, s7, 0x31),
-    ];
-    let mut out = [[0.0; LANES]; LANES];
-    for (d, v) in out.iter_mut().zip(o) {
-        // SAFETY: the store writes one whole `[f32; 8]` through a valid reference.
-        unsafe { _mm256_storeu_ps(d.as_mut_ptr(), v) };
-    }
-    out
-}
-
 /// `dst[i][l] = x[l][i]` for `nc` planes of `n` values; lanes `nc..8` get zeros.
 #[inline(always)]
-fn interleave<const AVX: bool>(x: &[f32], n: usize, nc: usize, dst: &mut [f32]) {
+fn interleave<S: Simd>(x: &[f32], n: usize, nc: usize, dst: &mut [f32]) {
     const ZERO: Lanes = [0.0; LANES];
     let mut i = 0;
     while i + LANES <= n {
@@ -549,7 +469,7 @@ fn interleave<const AVX: bool>(x: &[f32], n: usize, nc: usize, dst: &mut [f32]) 
                 &ZERO
             }
         });
-        let t = transpose8::<AVX>(rows);
+        let t = S::transpose8(rows);
         for (d, t) in dst[i * LANES..][..LANES * LANES]
             .chunks_exact_mut(LANES)
             .zip(&t)
@@ -567,7 +487,7 @@ fn interleave<const AVX: bool>(x: &[f32], n: usize, nc: usize, dst: &mut [f32]) 
 
 /// `y[l][i] = src[i][l]` for `nc` planes of `n` values.
 #[inline(always)]
-fn deinterleave<const AVX: bool>(src: &[f32], n: usize, nc: usize, y: &mut [f32]) {
+fn deinterleave<S: Simd>(src: &[f32], n: usize, nc: usize, y: &mut [f32]) {
     let mut i = 0;
     while i + LANES <= n {
         let block = &src[i * LANES..][..LANES * LANES];
@@ -576,7 +496,7 @@ fn deinterleave<const AVX: bool>(src: &[f32], n: usize, nc: usize, y: &mut [f32]
                 .try_into()
                 .unwrap_or(&[0.0; LANES])
         });
-        let t = transpose8::<AVX>(rows);
+        let t = S::transpose8(rows);
         for (l, t) in t.iter().enumerate().take(nc) {
             y[l * n + i..][..LANES].copy_from_slice(t);
         }
@@ -593,7 +513,7 @@ fn deinterleave<const AVX: bool>(src: &[f32], n: usize, nc: usize, y: &mut [f32]
 /// that keeps its zero borders between blocks of the same geometry.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn blocked<const AVX: bool>(
+fn blocked<S: Simd>(
     p: &Plane,
     taps: &Taps,
     x: &[f32],
@@ -614,7 +534,7 @@ fn blocked<const AVX: bool>(
     let (pad, rest) = buf.split_at_mut(padded);
     let (xi, yo) = rest.split_at_mut(in_plane * LANES);
     // Only the interior of `pad` is ever written, so its borders stay zero.
-    interleave::<AVX>(x, in_plane, nc, xi);
+    interleave::<S>(x, in_plane, nc, xi);
     for (r, src) in xi.chunks_exact(p.iw * LANES).enumerate() {
         pad[((r + p.pt) * p.wp + p.pl) * LANES..][..p.iw * LANES].copy_from_slice(src);
     }
@@ -626,40 +546,23 @@ fn blocked<const AVX: bool>(
         let origin = oy * p.sh * p.wp * LANES;
         while ox + 8 <= p.ow {
             let (base, out) = (origin + ox * step, &mut row[ox * LANES..]);
-            blocked_pixels::<8, AVX>(pad, taps, w, bias, base, step, out);
+            S::blocked_pixels::<8>(pad, taps, w, bias, base, step, out);
             ox += 8;
         }
         let (base, row) = (origin + ox * step, &mut row[ox * LANES..]);
         match p.ow - ox {
-            7 => blocked_pixels::<7, AVX>(pad, taps, w, bias, base, step, row),
-            6 => blocked_pixels::<6, AVX>(pad, taps, w, bias, base, step, row),
-            5 => blocked_pixels::<5, AVX>(pad, taps, w, bias, base, step, row),
-            4 => blocked_pixels::<4, AVX>(pad, taps, w, bias, base, step, row),
-            3 => blocked_pixels::<3, AVX>(pad, taps, w, bias, base, step, row),
-            2 => blocked_pixels::<2, AVX>(pad, taps, w, bias, base, step, row),
-            1 => blocked_pixels::<1, AVX>(pad, taps, w, bias, base, step, row),
+            7 => S::blocked_pixels::<7>(pad, taps, w, bias, base, step, row),
+            6 => S::blocked_pixels::<6>(pad, taps, w, bias, base, step, row),
+            5 => S::blocked_pixels::<5>(pad, taps, w, bias, base, step, row),
+            4 => S::blocked_pixels::<4>(pad, taps, w, bias, base, step, row),
+            3 => S::blocked_pixels::<3>(pad, taps, w, bias, base, step, row),
+            2 => S::blocked_pixels::<2>(pad, taps, w, bias, base, step, row),
+            1 => S::blocked_pixels::<1>(pad, taps, w, bias, base, step, row),
             _ => {}
         }
     }
     activate(act, yo);
-    deinterleave::<AVX>(yo, out_plane, nc, y);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn blocked_avx2(
-    p: &Plane,
-    taps: &Taps,
-    x: &[f32],
-    w: &[Lanes],
-    bias: &Lanes,
-    act: Option<UnaryKind>,
-    y: &mut [f32],
-    nc: usize,
-    buf: &mut Vec<f32>,
-) {
-    blocked::<true>(p, taps, x, w, bias, act, y, nc, buf)
+    deinterleave::<S>(yo, out_plane, nc, y);
 }
 
 impl Kernel for DepthwiseKernel {
@@ -716,7 +619,7 @@ impl DepthwiseKernel {
         if yv.is_empty() {
             return Ok(());
         }
-        let isa = self.isa;
+        let kernels = &self.isa.table().depthwise;
         let act = self.activation;
         if self.blocked {
             let repacked;
@@ -735,14 +638,7 @@ impl DepthwiseKernel {
             let x = &xv[i * in_plane..(i + 1) * in_plane];
             let w = &wv[c * taps..(c + 1) * taps];
             let b = bias.map_or(0.0, |b| b[c]);
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
-                Isa::Avx2Fma | Isa::Avx512 => unsafe { plane_avx2(&p, x, w, b, act, out, scratch) },
-                // Portable and NEON: the plain loops (NEON is aarch64's baseline, so they
-                // vectorise to it there).
-                _ => plane::<false>(isa, &p, x, w, b, act, out, scratch),
-            }
+            (kernels.plane)(&p, x, w, b, act, out, scratch)
         };
         let cost = Cost {
             flops: 2 * yv.len() * taps,
@@ -763,7 +659,8 @@ impl DepthwiseKernel {
     fn run_blocked(&self, xv: &[f32], w: &[Lanes], bias: Option<&[f32]>, yv: &mut [f32]) {
         let p = self.p;
         let (in_plane, out_plane, taps) = (p.ih * p.iw, p.oh * p.ow, p.kh * p.kw);
-        let (c, isa, act) = (self.channels, self.isa, self.activation);
+        let (c, act) = (self.channels, self.activation);
+        let kernels = &self.isa.table().depthwise;
         let tp = Taps::new(&p);
         let one = |buf: &mut Vec<f32>, (n, b, y): (usize, usize, &mut [f32])| {
             let c0 = b * LANES;
@@ -774,14 +671,7 @@ impl DepthwiseKernel {
             if let Some(bv) = bias {
                 bl[..nc].copy_from_slice(&bv[c0..c0 + nc]);
             }
-            match isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: Avx2Fma is only chosen when the CPU supports AVX2 and FMA.
-                Isa::Avx2Fma | Isa::Avx512 => unsafe {
-                    blocked_avx2(&p, &tp, x, w, &bl, act, y, nc, buf)
-                },
-                _ => blocked::<false>(&p, &tp, x, w, &bl, act, y, nc, buf),
-            }
+            (kernels.blocked)(&p, &tp, x, w, &bl, act, y, nc, buf)
         };
         // Each batch item's planes split into blocks of 8 (the last may be short).
         let cost = Cost {
@@ -815,9 +705,7 @@ mod bench {
     #[test]
     #[ignore]
     fn depthwise_speed() {
-        if Isa::detect() == Isa::Portable {
-            return;
-        }
+        let kernels = &Isa::detect().table().depthwise;
         let start = std::time::Instant::now();
         let cpu = || start.elapsed().as_secs_f64();
         for &(c, h, s, k) in &[
@@ -867,11 +755,7 @@ mod bench {
                 let t = cpu();
                 for _ in 0..reps {
                     for (xc, yc) in x.chunks_exact(h * h).zip(y.chunks_exact_mut(o * o)) {
-                        // SAFETY: AVX2 + FMA checked above.
-                        #[cfg(target_arch = "x86_64")]
-                        unsafe {
-                            plane_avx2(&p, xc, &w[..k * k], 0.0, None, yc, &mut scratch)
-                        }
+                        (kernels.plane)(&p, xc, &w[..k * k], 0.0, None, yc, &mut scratch)
                     }
                 }
                 dt_row = dt_row.min((cpu() - t) / reps as f64);
@@ -887,11 +771,7 @@ mod bench {
                     {
                         let nc = xc.len() / (h * h);
                         let wt = &wb[b * k * k..][..k * k];
-                        // SAFETY: AVX2 + FMA checked above.
-                        #[cfg(target_arch = "x86_64")]
-                        unsafe {
-                            blocked_avx2(&p, &tp, xc, wt, &[0.0; LANES], None, yc, nc, &mut buf)
-                        }
+                        (kernels.blocked)(&p, &tp, xc, wt, &[0.0; LANES], None, yc, nc, &mut buf)
                     }
                 }
                 dt_blk = dt_blk.min((cpu() - t) / reps as f64);

@@ -28,6 +28,47 @@ use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
+/// The i32 sums of output pixel (`r` = image * out_h + out_y, `ox`) of a depthwise
+/// convolution, bias included: (kernel, w, x, r, ox, acc).
+pub(crate) type PixelFn = fn(&QConvNhwcKernel, &[i32], &[u8], usize, usize, &mut [i32]);
+
+/// Output rows `first..first + rows` of image `b`, channels `channels`, of a depthwise
+/// convolution, sixteen channels at a time, summed in f32 (see `avx512.rs`).
+///
+/// # Safety
+/// `out` points at output row `first` of image `b` and is valid for `rows` whole rows, whose
+/// channels `channels` (from a multiple of 16) no other thread writes meanwhile; `w` is the
+/// kernel's `[taps][C rounded up to 16]` f32 weights (with whether sums may start from the
+/// bias); the kernel has at most 256 taps. `buf` (scratch starting on a 64-byte line) holds
+/// the band: [`QConvNhwcKernel::band_floats`].
+pub(crate) type BandFn = unsafe fn(
+    &QConvNhwcKernel,
+    (&[f32], bool),
+    &[u8],
+    (usize, usize, usize),
+    std::ops::Range<usize>,
+    *mut u8,
+    &mut [f32],
+);
+
+/// The channels-last QLinearConv's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    pub(crate) depthwise_pixel: PixelFn,
+    /// None where the ISA has no band loop (the pixels' i32 sums run instead).
+    pub(crate) depthwise_band: Option<BandFn>,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    depthwise_pixel,
+    depthwise_band: None,
+};
+
 #[derive(Debug)]
 enum Strategy {
     /// The weights as GEMM column panels of depth `taps * C`, and their zero points as the
@@ -650,9 +691,8 @@ impl QConvNhwcKernel {
     ) -> OpResult<()> {
         let c = self.s.out_channels;
         let ow = self.s.geometry.output[1];
-        // The AVX-512 bands sum in f32, exact up to 256 taps (see `avx512::depthwise_band`).
-        #[cfg(target_arch = "x86_64")]
-        if self.avx512_bands(wf) {
+        // The bands sum in f32, exact up to 256 taps (see `Kernels::depthwise_band`).
+        if let Some(depthwise_band) = self.depthwise_bands(wf) {
             use crate::qgemm::SendPtr;
             let oh = self.s.geometry.output[0];
             op_ensure!(
@@ -687,7 +727,8 @@ impl QConvNhwcKernel {
                 // The band's f32 rows in the task's worker's region.
                 scratch.with_thread(|own| -> OpResult<()> {
                     let buf: &mut [f32] = own.take(band_floats)?;
-                    // SAFETY: the session's ISA is AVX-512, which the CPU has; task `t` alone
+                    // SAFETY: the band loop is the session's ISA's (the CPU has its features);
+                    // task `t` alone
                     // writes rows `first..first + rows` of image `b`, channels
                     // `16 * g0..16 * g1` (clipped to C), inside `y` (checked above); `buf`
                     // holds a whole band and starts on a line (scratch does).
@@ -695,7 +736,7 @@ impl QConvNhwcKernel {
                         let at = out.get().add((b * oh + first) * ow * c);
                         let w = (wf, bias_in_sum);
                         let channels = g0 * 16..g1 * 16;
-                        avx512::depthwise_band(self, w, x, (b, first, rows), channels, at, buf)
+                        depthwise_band(self, w, x, (b, first, rows), channels, at, buf)
                     };
                     Ok(())
                 })
@@ -703,11 +744,12 @@ impl QConvNhwcKernel {
             return split::try_for_each_task(bands * splits, parallel, task);
         }
         let (lo, hi) = range(self.y.signed);
+        let pixel = self.isa.table().qconv_nhwc.depthwise_pixel;
         let row = |(r, out): (usize, &mut [u8])| {
             let mut acc = vec![0i32; c];
             let mut vals = vec![0f32; c];
             for (ox, dst) in out.chunks_exact_mut(c).enumerate() {
-                depthwise_pixel(self, w, x, r, ox, &mut acc);
+                pixel(self, w, x, r, ox, &mut acc);
                 for ((v, &a), &s) in vals.iter_mut().zip(&acc).zip(&self.mult) {
                     *v = a as f32 * s;
                 }
@@ -720,32 +762,36 @@ impl QConvNhwcKernel {
         Ok(())
     }
 
-    /// Whether the depthwise convolution runs [`avx512::depthwise_band`]: the session has
-    /// AVX-512, and the f32 weights `wf` (`[taps][C rounded up to 16]`) have at most 256 taps,
-    /// below which the f32 sums stay exact.
-    #[cfg(target_arch = "x86_64")]
-    fn avx512_bands(&self, wf: &[f32]) -> bool {
-        self.isa.has_avx512() && wf.len() <= 256 * self.s.out_channels.next_multiple_of(16)
+    /// The band loop the depthwise convolution runs ([`Kernels::depthwise_band`]), if any:
+    /// the ISA's table has one, and the f32 weights `wf` (`[taps][C rounded up to 16]`) have at
+    /// most 256 taps, below which the f32 sums stay exact.
+    fn depthwise_bands(&self, wf: &[f32]) -> Option<BandFn> {
+        let band = self.isa.table().qconv_nhwc.depthwise_band?;
+        (wf.len() <= 256 * self.s.out_channels.next_multiple_of(16)).then_some(band)
     }
 
-    /// Floats of one band of [`avx512::depthwise_band`] on `threads` workers: its padded input
-    /// rows for sixteen channels.
-    #[cfg(target_arch = "x86_64")]
+    /// The padded input row width (in pixels) the output row reads: left padding, the image,
+    /// and what the right padding adds.
+    fn band_width(&self) -> usize {
+        self.padded_extent(1)
+    }
+
+    /// Floats of one band of [`Kernels::depthwise_band`] on `threads` workers: its padded
+    /// input rows for sixteen channels.
     fn band_floats(&self, threads: usize) -> usize {
         let g = &self.s.geometry;
         let rows = self.depthwise_band_rows(threads);
         let band_h = (rows - 1) * g.strides[0] + (g.kernel[0] - 1) * g.dilations[0] + 1;
-        band_h * avx512::band_width(self) * 16
+        band_h * self.band_width() * 16
     }
 
-    /// Output rows per AVX-512 depthwise task: enough tasks for every thread (four each),
-    /// and a band's input rows as f32 within about 256 KiB, the size of a core's L2 share.
-    #[cfg(target_arch = "x86_64")]
+    /// Output rows per band task: enough tasks for every thread (four each), and a band's
+    /// input rows as f32 within about 256 KiB, the size of a core's L2 share.
     fn depthwise_band_rows(&self, threads: usize) -> usize {
         let g = &self.s.geometry;
         let oh = g.output[0];
         // A band holds sixteen channels at a time.
-        let row_bytes = avx512::band_width(self) * 16 * 4;
+        let row_bytes = self.band_width() * 16 * 4;
         let fit = ((256 << 10) / row_bytes.max(1) / g.strides[0]).max(1);
         // One thread takes the largest bands (each band converts its overlap with the next
         // again).
@@ -757,44 +803,11 @@ impl QConvNhwcKernel {
     }
 }
 
-/// The i32 sums of output pixel (`r` = image * out_h + out_y, `ox`) of a depthwise
-/// convolution, bias included (the portable and AVX2 sessions' path).
-fn depthwise_pixel(k: &QConvNhwcKernel, w: &[i32], x: &[u8], r: usize, ox: usize, acc: &mut [i32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if k.isa.has_avx2() {
-            // SAFETY: the session's ISA includes AVX2, which the CPU has.
-            return unsafe { depthwise_pixel_avx2(k, w, x, r, ox, acc) };
-        }
-    }
-    depthwise_pixel_body(k, w, x, r, ox, acc)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn depthwise_pixel_avx2(
-    k: &QConvNhwcKernel,
-    w: &[i32],
-    x: &[u8],
-    r: usize,
-    ox: usize,
-    acc: &mut [i32],
-) {
-    depthwise_pixel_body(k, w, x, r, ox, acc)
-}
-
 /// `acc[c] = bias[c] + sum over taps inside the image of (x - x_zero) * w` (taps outside add
 /// nothing: they hold the zero point, a real 0). Plain loops over channels, which the callers'
 /// target features vectorize.
 #[inline(always)]
-fn depthwise_pixel_body(
-    k: &QConvNhwcKernel,
-    w: &[i32],
-    x: &[u8],
-    r: usize,
-    ox: usize,
-    acc: &mut [i32],
-) {
+fn depthwise_pixel(k: &QConvNhwcKernel, w: &[i32], x: &[u8], r: usize, ox: usize, acc: &mut [i32]) {
     let g = &k.s.geometry;
     let (ih, iw) = (g.input[0], g.input[1]);
     let oh = g.output[0];
@@ -830,210 +843,6 @@ fn depthwise_pixel_body(
                     *a += (v as i32 - z) * wv;
                 }
             }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use super::QConvNhwcKernel;
-    use crate::qconv::range;
-    use crate::qgemm::x86::Narrow;
-    use std::arch::x86_64::*;
-
-    /// The padded input row width (in pixels) the output row reads: left padding, the image,
-    /// and what the right padding adds.
-    pub(super) fn band_width(k: &QConvNhwcKernel) -> usize {
-        k.padded_extent(1)
-    }
-
-    /// Output rows `first..first + rows` of image `b`, channels `channels`, of a depthwise
-    /// convolution, sixteen channels at a time: the band's input rows for those channels are
-    /// converted to `x - x_zero` in f32, padded with zeros, into one contiguous buffer (the
-    /// `kh` rows an output row reads stay in L1 as the rows go down), so that every output
-    /// vector is one FMA per tap, then the bias and the requantization in registers.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F/BW/VL; `out` points at output row `first` of image `b` and is
-    /// valid for `rows` whole rows, whose channels `channels` (from a multiple of 16) no other
-    /// thread writes meanwhile; `w` is the kernel's `[taps][C rounded up to 16]` f32 weights
-    /// (with whether sums may start from the bias); the kernel has at most 256 taps. `buf`
-    /// (scratch starting on a 64-byte line) holds the band: [`QConvNhwcKernel::band_floats`].
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn depthwise_band(
-        k: &QConvNhwcKernel,
-        (w, bias_in_sum): (&[f32], bool),
-        x: &[u8],
-        (b, first, rows): (usize, usize, usize),
-        channels: std::ops::Range<usize>,
-        out: *mut u8,
-        buf: &mut [f32],
-    ) {
-        let g = &k.s.geometry;
-        let (ih, iw) = (g.input[0], g.input[1]);
-        let ow = g.output[1];
-        let (kh, kw) = (g.kernel[0], g.kernel[1]);
-        let (sh, dh) = (g.strides[0], g.dilations[0]);
-        let c = k.s.out_channels;
-        let cp = c.next_multiple_of(16);
-        if rows == 0 || ow == 0 || c == 0 {
-            return;
-        }
-        assert!(w.len() == kh * kw * cp && k.bias.len() == c && k.mult.len() == c);
-        assert!(x.len() >= (b + 1) * ih * iw * c && kh * kw <= 256);
-        let image = &x[b * ih * iw * c..(b + 1) * ih * iw * c];
-        // Padded input rows `top..top + band_h` (top may lie in the padding, negative).
-        let top = (first * sh) as isize - g.pad_begin[0] as isize;
-        let band_h = (rows - 1) * sh + (kh - 1) * dh + 1;
-        let width = band_width(k);
-        let left = g.pad_begin[1];
-        // A band row: the padded input row's pixels, sixteen channels each.
-        let row_len = width * 16;
-        // Every element is written below: zeros for the padding, the input for the rest.
-        // The band starts on a 64-byte line (scratch does), so that every pixel's
-        // sixteen channels are one line: loads spanning two lines cost this kernel about a
-        // third of its time.
-        let len = band_h * row_len;
-        assert!(buf.len() >= len && buf.as_ptr().align_offset(64) == 0);
-        let buf = &mut buf[..len];
-        let zero = _mm512_set1_epi32(k.x.zero[0]);
-        let (lo, hi) = range(k.y.signed);
-        let narrow = Narrow::new(k.y.zero[0], lo, hi);
-        let band = buf.as_ptr();
-        // Channel groups start at multiples of 16.
-        for c0 in (channels.start..channels.end.min(c)).step_by(16) {
-            let n = (c - c0).min(16);
-            let mask: __mmask16 = ((1u32 << n) - 1) as u16;
-            // The band's rows for these sixteen channels, contiguous: the output rows'
-            // sliding window of `kh` input rows stays in L1 as the rows go down.
-            for (r, dst) in buf.chunks_exact_mut(row_len).enumerate() {
-                let iy = top + r as isize;
-                if iy < 0 || iy >= ih as isize {
-                    dst.fill(0.0);
-                    continue;
-                }
-                dst[..left * 16].fill(0.0);
-                dst[(left + iw) * 16..].fill(0.0);
-                let src = image[iy as usize * iw * c..][..iw * c].as_ptr().add(c0);
-                let d = dst.as_mut_ptr().add(left * 16);
-                if k.x.signed {
-                    convert_row::<true>((src, c, mask, zero), iw, d);
-                } else {
-                    convert_row::<false>((src, c, mask, zero), iw, d);
-                }
-            }
-            let bias = _mm512_maskz_loadu_epi32(mask, k.bias.as_ptr().add(c0));
-            let ch = Channels {
-                w_stride: cp,
-                mask,
-                bias,
-                bias_in_sum: bias_in_sum.then(|| _mm512_cvtepi32_ps(bias)),
-                scale: _mm512_maskz_loadu_ps(mask, k.mult.as_ptr().add(c0)),
-                w: w.as_ptr().add(c0),
-            };
-            for oy in 0..rows {
-                let dst = out.add(oy * ow * c + c0);
-                let row = band.add(oy * sh * row_len);
-                let mut ox = 0;
-                while ox + PIXELS <= ow {
-                    pixels::<PIXELS>(k, &ch, narrow, row, row_len, ox, dst);
-                    ox += PIXELS;
-                }
-                // The row's tail (7, 14 and 28 pixels wide layers are common) in blocks
-                // of 4, 2 and 1.
-                if ox + 4 <= ow {
-                    pixels::<4>(k, &ch, narrow, row, row_len, ox, dst);
-                    ox += 4;
-                }
-                if ox + 2 <= ow {
-                    pixels::<2>(k, &ch, narrow, row, row_len, ox, dst);
-                    ox += 2;
-                }
-                if ox < ow {
-                    pixels::<1>(k, &ch, narrow, row, row_len, ox, dst);
-                }
-            }
-        }
-    }
-
-    const PIXELS: usize = 8;
-
-    /// `x - x_zero` as f32 for `pixels` input pixels (`c` bytes apart from `src`), sixteen
-    /// channels each (those outside `mask` read as 0, giving `-x_zero`, which meets weights of
-    /// 0), into `dst`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    unsafe fn convert_row<const SIGNED: bool>(
-        (src, c, mask, zero): (*const u8, usize, __mmask16, __m512i),
-        pixels: usize,
-        dst: *mut f32,
-    ) {
-        for ix in 0..pixels {
-            let bytes = _mm_maskz_loadu_epi8(mask, src.add(ix * c) as *const i8);
-            let v = if SIGNED {
-                _mm512_cvtepi8_epi32(bytes)
-            } else {
-                _mm512_cvtepu8_epi32(bytes)
-            };
-            _mm512_storeu_ps(
-                dst.add(ix * 16),
-                _mm512_cvtepi32_ps(_mm512_sub_epi32(v, zero)),
-            );
-        }
-    }
-
-    /// Sixteen channels' constants: which are real, their bias and scale, and their weights
-    /// (`w[t * w_stride + ..]`, `w_stride` being C rounded up to 16).
-    struct Channels {
-        w_stride: usize,
-        mask: __mmask16,
-        bias: __m512i,
-        /// The bias as f32, where the sums start from it exactly (see `depthwise_band`).
-        bias_in_sum: Option<__m512>,
-        scale: __m512,
-        w: *const f32,
-    }
-
-    /// Output pixels `ox..ox + N` of one row, sixteen channels: `row` is the band's first
-    /// input row of the output row at the channels' offset, `out` the output row there.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    unsafe fn pixels<const N: usize>(
-        k: &QConvNhwcKernel,
-        ch: &Channels,
-        narrow: Narrow,
-        row: *const f32,
-        row_len: usize,
-        ox: usize,
-        out: *mut u8,
-    ) {
-        let g = &k.s.geometry;
-        let (kh, kw) = (g.kernel[0], g.kernel[1]);
-        let (dh, dw) = (g.dilations[0], g.dilations[1]);
-        // A band pixel is sixteen channels.
-        let step = g.strides[1] * 16;
-        // Integer-valued f32 products and sums stay below 2^24 (|x w| < 2^16, at most 256
-        // taps), where f32 is exact: FMA gives the integer sum.
-        let mut sum = [ch.bias_in_sum.unwrap_or(_mm512_setzero_ps()); N];
-        for ki in 0..kh {
-            let r = row.add(ki * dh * row_len + ox * step);
-            for kj in 0..kw {
-                let wv = _mm512_loadu_ps(ch.w.add((ki * kw + kj) * ch.w_stride));
-                let x = r.add(kj * dw * 16);
-                for (j, s) in sum.iter_mut().enumerate() {
-                    *s = _mm512_fmadd_ps(_mm512_loadu_ps(x.add(j * step)), wv, *s);
-                }
-            }
-        }
-        let c = k.s.out_channels;
-        for (j, s) in sum.iter().enumerate() {
-            let acc = match ch.bias_in_sum {
-                Some(_) => *s,
-                None => _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvtps_epi32(*s), ch.bias)),
-            };
-            let dst = out.add((ox + j) * c) as *mut i8;
-            _mm_mask_storeu_epi8(dst, ch.mask, narrow.bytes(_mm512_mul_ps(acc, ch.scale)));
         }
     }
 }
@@ -1090,8 +899,9 @@ impl Kernel for QConvNhwcKernel {
                 let lens = Packed::gathered_lens(self.path, weights.k(), per);
                 ScratchNeed::for_each_thread(Packed::scratch_bytes(lens))
             }
-            #[cfg(target_arch = "x86_64")]
-            Strategy::Depthwise { weights_f32, .. } if self.avx512_bands(weights_f32) => {
+            Strategy::Depthwise { weights_f32, .. }
+                if self.depthwise_bands(weights_f32).is_some() =>
+            {
                 ScratchNeed::for_each_thread(ferrolite_core::scratch::bytes_for::<f32>(
                     self.band_floats(threads),
                 ))

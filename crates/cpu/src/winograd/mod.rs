@@ -30,6 +30,33 @@ use ferrolite_core::prepacked::Prepacks;
 use ferrolite_core::scratch::{bytes_for, Carve, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+
+/// One block of tile rows of one image, see `WinogradKernel::block`: (kernel, x, ty0, ty1,
+/// bias, out, carve, scratch, inner).
+pub(crate) type BlockFn = fn(
+    &WinogradKernel,
+    &[f32],
+    usize,
+    usize,
+    Option<&[f32]>,
+    &mut [&mut [f32]],
+    &mut Carve,
+    &Scratch,
+    usize,
+) -> OpResult<()>;
+
+/// The Winograd family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    pub(crate) block: BlockFn,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    block: WinogradKernel::block_impl,
+};
+
 /// Scratch budget of one block of tiles (transformed inputs and products), in bytes.
 const L2_BYTES: usize = 256 * 1024;
 
@@ -408,36 +435,12 @@ impl WinogradKernel {
         scratch: &Scratch,
         inner: usize,
     ) -> OpResult<()> {
-        #[cfg(target_arch = "x86_64")]
-        if self.gemm.isa.has_avx2() {
-            // SAFETY: the Avx2Fma GEMM is only chosen on CPUs with AVX2 and FMA, the only
-            // requirement of the target_feature function, whose body is safe code.
-            return unsafe { self.block_avx2(x, ty0, ty1, bias, out, carve, scratch, inner) };
-        }
-        self.block_impl(x, ty0, ty1, bias, out, carve, scratch, inner)
-    }
-
-    /// [`Self::block`] compiled for AVX2, so the transforms' loops use 8-wide vectors.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn block_avx2(
-        &self,
-        x: &[f32],
-        ty0: usize,
-        ty1: usize,
-        bias: Option<&[f32]>,
-        out: &mut [&mut [f32]],
-        carve: &mut Carve,
-        scratch: &Scratch,
-        inner: usize,
-    ) -> OpResult<()> {
-        self.block_impl(x, ty0, ty1, bias, out, carve, scratch, inner)
+        (self.gemm.isa.table().winograd.block)(self, x, ty0, ty1, bias, out, carve, scratch, inner)
     }
 
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn block_impl(
+    pub(crate) fn block_impl(
         &self,
         x: &[f32],
         ty0: usize,

@@ -14,8 +14,22 @@ use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
+/// The NHWC 8-bit MaxPool's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// Output row `oy` of one image into `out`.
+    pub(crate) row: fn(&QMaxPoolNhwc, &[u8], usize, &mut [u8]),
+}
+
+/// Plain Rust (SSE2's 16-byte vectors on x86-64, NEON's on aarch64).
+pub(crate) const PORTABLE: Kernels = Kernels {
+    row: QMaxPoolNhwc::row_impl,
+};
+
 #[derive(Debug)]
-struct QMaxPoolNhwc {
+pub(crate) struct QMaxPoolNhwc {
     /// The channels-last input shape.
     x: Vec<usize>,
     gh: AxisGeometry,
@@ -77,25 +91,11 @@ const BLOCK: usize = 64;
 impl QMaxPoolNhwc {
     /// Output row `oy` of one image into `out`.
     fn row(&self, image: &[u8], oy: usize, out: &mut [u8]) {
-        #[cfg(target_arch = "x86_64")]
-        if self.isa.has_avx512() {
-            // SAFETY: an Avx512 session exists only on CPUs with AVX-512 F and BW, the only
-            // requirement of the target_feature function, whose body is safe code.
-            unsafe { self.row_avx512(image, oy, out) };
-            return;
-        }
-        self.row_impl(image, oy, out)
-    }
-
-    /// The same, its byte loops vectorized 64 wide.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn row_avx512(&self, image: &[u8], oy: usize, out: &mut [u8]) {
-        self.row_impl(image, oy, out)
+        (self.isa.table().qpool_nhwc.row)(self, image, oy, out)
     }
 
     #[inline(always)]
-    fn row_impl(&self, image: &[u8], oy: usize, out: &mut [u8]) {
+    pub(crate) fn row_impl(&self, image: &[u8], oy: usize, out: &mut [u8]) {
         let [_, ih, iw, c] = self.x[..] else {
             unreachable!("built for 4-D inputs")
         };

@@ -22,6 +22,24 @@ use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::scratch::{bytes_for, Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, OpResult, Tensor};
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+
+/// See [`Kernels::phase_pack`].
+pub(crate) type PhasePackFn = fn(&PhasePlanes, &[f32], usize, usize, usize, &mut [f32]);
+
+/// The convolution family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// Packs im2col columns from phase planes into the GEMM's B panels: (planes, xp, ow, p0,
+    /// np, buf), see `PhasePlanes::pack`.
+    pub(crate) phase_pack: PhasePackFn,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    phase_pack: |f, xp, ow, p0, np, buf| f.pack_impl(xp, ow, p0, np, buf),
+};
+
 /// im2col buffer budget per task, in elements (about 512 KB).
 const BLOCK_ELEMS: usize = 1 << 17;
 
@@ -87,7 +105,7 @@ pub struct ConvKernel {
 /// crosses output rows): no per-element bounds, strides or gathers, which the im2col rows
 /// spent a quarter of a conv's time on.
 #[derive(Debug)]
-struct PhasePlanes {
+pub(crate) struct PhasePlanes {
     isa: crate::isa::Isa,
     sh: usize,
     sw: usize,
@@ -194,22 +212,9 @@ impl PhasePlanes {
     /// matrix from the planes `xp` into `buf` in the GEMM's packed-B layout (per KC block,
     /// per panel of NR columns, `kc` rows of NR values). A panel's columns are one run of
     /// the planes, or a few where it crosses output rows; the last panel's missing columns
-    /// are zeros. Compiled for AVX2 where the CPU has it (sixteen values are two moves).
+    /// are zeros. Compiled per ISA (`conv/avx2.rs`: sixteen values are two moves).
     fn pack(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if self.isa.has_avx2() {
-            // SAFETY: the CPU has AVX2 (an Isa other than Portable exists only then), the only requirement of the
-            // target_feature function, whose body is safe code.
-            unsafe { self.pack_avx2(xp, ow, p0, np, buf) };
-            return;
-        }
-        self.pack_impl(xp, ow, p0, np, buf)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn pack_avx2(&self, xp: &[f32], ow: usize, p0: usize, np: usize, buf: &mut [f32]) {
-        self.pack_impl(xp, ow, p0, np, buf)
+        (self.isa.table().conv.phase_pack)(self, xp, ow, p0, np, buf)
     }
 
     #[inline(always)]
