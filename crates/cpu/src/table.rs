@@ -15,11 +15,13 @@
 use crate::isa::Isa;
 use crate::{
     conv, depthwise, elementwise, math, pool, qconv, qconv_nhwc, qelementwise, qlinear, qpool_nhwc,
-    softmax, stride2, winograd,
+    sgemm, softmax, stride2, winograd,
 };
 
 /// Every family's microkernels for one ISA.
 pub(crate) struct Table {
+    /// The f32 GEMM's tile loops.
+    pub(crate) sgemm: sgemm::Kernels,
     /// exp, erf, tanh, sigmoid and GELU over slices.
     pub(crate) math: math::Kernels,
     /// The binary, unary and Clip loops.
@@ -50,6 +52,7 @@ pub(crate) struct Table {
 
 /// Plain Rust, for any CPU.
 const PORTABLE: Table = Table {
+    sgemm: sgemm::PORTABLE,
     math: math::PORTABLE,
     elementwise: elementwise::PORTABLE,
     softmax: softmax::PORTABLE,
@@ -68,6 +71,7 @@ const PORTABLE: Table = Table {
 /// AVX2 + FMA (x86-64).
 #[cfg(target_arch = "x86_64")]
 const AVX2: Table = Table {
+    sgemm: sgemm::AVX2,
     math: math::avx2::KERNELS,
     elementwise: elementwise::avx2::KERNELS,
     softmax: softmax::avx2::KERNELS,
@@ -86,6 +90,7 @@ const AVX2: Table = Table {
 /// AVX-512 (F, BW, VL, DQ), on top of AVX2 where a family has no 512-bit entries.
 #[cfg(target_arch = "x86_64")]
 const AVX512: Table = Table {
+    sgemm: sgemm::AVX512,
     math: math::avx512::KERNELS,
     elementwise: elementwise::avx512::KERNELS,
     softmax: softmax::avx512::KERNELS,
@@ -112,6 +117,7 @@ const AVX512_VBMI: Table = Table {
 /// NEON (aarch64's baseline).
 #[cfg(target_arch = "aarch64")]
 const NEON: Table = Table {
+    sgemm: sgemm::NEON,
     math: math::neon::KERNELS,
     elementwise: elementwise::neon::KERNELS,
     softmax: softmax::neon::KERNELS,

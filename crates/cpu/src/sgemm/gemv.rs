@@ -3,7 +3,7 @@
 //! [`NR`] columns (a prepacked panel, or row-major B read in place), accumulating the few
 //! rows of C in registers, and store each strip through the usual epilogue.
 
-use super::{store_scalar, Isa, Problem, SendPtr, Src, KC, MR, NR};
+use super::{store_scalar, Problem, SendPtr, Src, KC, MR, NR};
 use crate::split::{self, Cost};
 
 /// Largest `m` taken by the streaming path.
@@ -16,15 +16,20 @@ type Acc = [[f32; NR]; MR];
 ///
 /// # Safety
 /// `b` must be valid for reads of `kc` rows of `NR` values with stride `bs`.
-unsafe fn strip_portable(
+pub(super) unsafe fn strip_portable(
     kc: usize,
-    a: &[f32],
+    a: *const f32,
     lda: usize,
     m: usize,
     b: *const f32,
     bs: usize,
     acc: &mut Acc,
 ) {
+    if m == 0 || kc == 0 {
+        return;
+    }
+    // SAFETY: a holds m rows of kc values with stride lda (the caller vouches).
+    let a = unsafe { std::slice::from_raw_parts(a, (m - 1) * lda + kc) };
     for p in 0..kc {
         // SAFETY: row p of the strip, as the caller vouches.
         let row: &[f32; NR] = unsafe { &*(b.add(p * bs) as *const [f32; NR]) };
@@ -82,6 +87,7 @@ impl Problem<'_> {
         let np = n.div_ceil(NR);
         let mut accs: Vec<Acc> = vec![[[0.0; NR]; MR]; s1 - s0];
         let mut tail = Vec::new();
+        let strip = self.isa.table().sgemm.gemv_strip;
         for pc in (0..k).step_by(KC) {
             let kc = KC.min(k - pc);
             let a = &a[pc..];
@@ -104,21 +110,10 @@ impl Problem<'_> {
                         (&tail[..], NR)
                     }
                 };
-                match self.isa {
-                    // SAFETY: b holds kc rows of NR values with stride bs (sliced above).
-                    Isa::Portable => unsafe { strip_portable(kc, a, k, m, b.as_ptr(), bs, acc) },
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: Avx2Fma is chosen only when the CPU has both features; b as
-                    // above; a holds m rows of at least kc values with stride k.
-                    Isa::Avx2Fma | Isa::Avx512 => unsafe {
-                        super::avx2::gemv_strip(kc, a.as_ptr(), k, m, b.as_ptr(), bs, acc)
-                    },
-                    #[cfg(target_arch = "aarch64")]
-                    // SAFETY: NEON is aarch64's baseline; a and b as above.
-                    Isa::Neon | Isa::NeonDot => unsafe {
-                        super::neon::gemv_strip(kc, a.as_ptr(), k, m, b.as_ptr(), bs, acc)
-                    },
-                }
+                // SAFETY: the ISA's loop runs on a CPU with its features (`Isa::table`); b
+                // holds kc rows of NR values with stride bs (sliced above); a holds m rows of
+                // at least kc values with stride k.
+                unsafe { strip(kc, a.as_ptr(), k, m, b.as_ptr(), bs, acc) }
             }
         }
         for (s, acc) in (s0..s1).zip(&accs) {

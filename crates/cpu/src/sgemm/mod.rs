@@ -38,6 +38,137 @@ const FEW_ROWS: usize = 48;
 
 pub use crate::isa::Isa;
 
+/// The tiles of one column of C: (kc, a, rows, b, bs, c, rsc, nr, epilogue); see
+/// `avx2::column` for the contract.
+pub(crate) type ColumnFn =
+    unsafe fn(usize, *const f32, usize, *const f32, usize, *mut f32, usize, usize, &TileEpi);
+/// The same over two B panels side by side: (kc, a, rows, b0, b1, bs, c, rsc, epilogue); see
+/// `avx512::column2`.
+pub(crate) type Column2Fn =
+    unsafe fn(usize, *const f32, usize, *const f32, *const f32, usize, *mut f32, usize, &TileEpi);
+/// The full tiles of one row of C: (kc, a, b, bs, step, panels, c, rsc, mr, epilogue); see
+/// `avx2::row`.
+pub(crate) type RowFn =
+    unsafe fn(usize, *const f32, *const f32, usize, usize, usize, *mut f32, usize, usize, &TileEpi);
+/// The streaming GEMV's strip: (kc, a, lda, m, b, bs, acc); see `avx2::gemv_strip`.
+pub(crate) type GemvStripFn =
+    unsafe fn(usize, *const f32, usize, usize, *const f32, usize, &mut [[f32; NR]; MR]);
+
+/// The SGEMM family's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    pub(crate) column: ColumnFn,
+    pub(crate) row: RowFn,
+    /// None where the ISA has no wider tile.
+    pub(crate) column2: Option<Column2Fn>,
+    pub(crate) gemv_strip: GemvStripFn,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    column: column_portable,
+    row: row_portable,
+    column2: None,
+    gemv_strip: gemv::strip_portable,
+};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AVX2: Kernels = Kernels {
+    column: avx2::column,
+    row: avx2::row,
+    column2: None,
+    gemv_strip: avx2::gemv_strip,
+};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AVX512: Kernels = Kernels {
+    column: avx512::column,
+    row: avx512::row,
+    column2: Some(avx512::column2),
+    gemv_strip: avx2::gemv_strip,
+};
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) const NEON: Kernels = Kernels {
+    column: neon::column,
+    row: neon::row,
+    column2: None,
+    gemv_strip: neon::gemv_strip,
+};
+
+/// [`ColumnFn`] in plain Rust: each tile as [`kernel_portable`].
+///
+/// # Safety
+/// As [`ColumnFn`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn column_portable(
+    kc: usize,
+    a: *const f32,
+    rows: usize,
+    b: *const f32,
+    bs: usize,
+    c: *mut f32,
+    rsc: usize,
+    nr: usize,
+    e: &TileEpi,
+) {
+    if kc == 0 || rows == 0 {
+        return;
+    }
+    // SAFETY: a holds the row panels and b kc rows of NR values bs apart (the contract).
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, rows.div_ceil(MR) * kc * MR),
+            std::slice::from_raw_parts(b, (kc - 1) * bs + NR),
+        )
+    };
+    for (ip, i) in (0..rows).step_by(MR).enumerate() {
+        let apanel = &a[ip * kc * MR..][..kc * MR];
+        // SAFETY: tile i of the column the caller vouches for.
+        unsafe {
+            let ct = c.add(i * rsc);
+            let (mr, e) = (MR.min(rows - i), e.rows_from(i));
+            kernel_portable(apanel, b, bs, ct, rsc, mr, nr, &e)
+        }
+    }
+}
+
+/// [`RowFn`] in plain Rust: each tile as [`kernel_portable`].
+///
+/// # Safety
+/// As [`RowFn`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_portable(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    bs: usize,
+    step: usize,
+    panels: usize,
+    c: *mut f32,
+    rsc: usize,
+    mr: usize,
+    e: &TileEpi,
+) {
+    if panels == 0 || kc == 0 {
+        return;
+    }
+    // SAFETY: a holds one panel of kc steps, b the panels (the contract).
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, kc * MR),
+            std::slice::from_raw_parts(b, (panels - 1) * step + (kc - 1) * bs + NR),
+        )
+    };
+    for jp in 0..panels {
+        // SAFETY: tile jp of the row the caller vouches for.
+        unsafe {
+            let e = e.cols_from(jp * NR);
+            let b = &b[jp * step..];
+            kernel_portable(a, b, bs, c.add(jp * NR), rsc, mr, NR, &e)
+        }
+    }
+}
+
 /// What the microkernel does when storing a tile.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TileEpi<'a> {
@@ -408,6 +539,8 @@ impl Problem<'_> {
         }
         let Packs { a: abuf, b: bbuf } = packs;
         let (mp, np) = (self.m.div_ceil(MR), self.n.div_ceil(NR));
+        // The ISA's loop over two B panels side by side, where it has one.
+        let column2 = self.isa.table().sgemm.column2;
         // Column blocks bound the B this call packs; a prepacked B needs none, and one
         // block packs A once instead of once per block (fully connected layers).
         let nc_step = match (self.b, self.a) {
@@ -530,8 +663,7 @@ impl Problem<'_> {
                     while jp < npan {
                         let j = jc + jp * NR;
                         let nr = NR.min(n1 - j);
-                        #[cfg(target_arch = "x86_64")]
-                        if self.isa == Isa::Avx512 && n1 - j >= 2 * NR {
+                        if let (Some(column2), true) = (column2, n1 - j >= 2 * NR) {
                             // Two full B panels side by side: one 6 x 32 tile per A panel.
                             let (b0, b1, bs) = match in_place {
                                 Some((d, rs)) => (&d[jp * NR..], &d[(jp + 1) * NR..], rs),
@@ -539,14 +671,13 @@ impl Problem<'_> {
                             };
                             debug_assert!(b1.len() >= (kc - 1) * bs + NR);
                             let e = self.epi(ic, j, first, last);
-                            // SAFETY: Avx512 is only chosen on CPUs with AVX-512F, AVX2
-                            // and FMA; the tiles of rows ic..ic + mc, columns j..j + 2 NR
+                            // SAFETY: the ISA's loop runs on a CPU with its features; the tiles of rows ic..ic + mc, columns j..j + 2 NR
                             // lie in the block the caller vouches for; ap holds mpan
                             // panels of kc steps, b0 and b1 kc rows each.
                             unsafe {
                                 let ct = c.add(ic * rsc + j);
                                 let (b0, b1) = (b0.as_ptr(), b1.as_ptr());
-                                avx512::column2(kc, ap.as_ptr(), mc, b0, b1, bs, ct, rsc, &e)
+                                column2(kc, ap.as_ptr(), mc, b0, b1, bs, ct, rsc, &e)
                             };
                             jp += 2;
                             continue;
@@ -611,42 +742,12 @@ impl Problem<'_> {
         nr: usize,
         e: &TileEpi,
     ) {
-        match self.isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: Avx2Fma is only chosen when the CPU has both features; a holds the
-            // panels and b kc rows of NR values bs apart (asserted below); c as the caller
-            // vouches.
-            Isa::Avx2Fma => unsafe {
-                debug_assert!(a.len() >= rows.div_ceil(MR) * kc * MR);
-                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
-                avx2::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
-            },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: Avx512 is only chosen when the CPU has AVX-512F (and AVX2 and FMA); a
-            // and b as above.
-            Isa::Avx512 => unsafe {
-                debug_assert!(a.len() >= rows.div_ceil(MR) * kc * MR);
-                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
-                avx512::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
-            },
-            #[cfg(target_arch = "aarch64")]
-            // SAFETY: NEON is aarch64's baseline; a and b as above.
-            Isa::Neon | Isa::NeonDot => unsafe {
-                debug_assert!(a.len() >= rows.div_ceil(MR) * kc * MR);
-                debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
-                neon::column(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
-            },
-            Isa::Portable => {
-                for (ip, i) in (0..rows).step_by(MR).enumerate() {
-                    let apanel = &a[ip * kc * MR..][..kc * MR];
-                    // SAFETY: tile i of the column the caller vouches for.
-                    unsafe {
-                        let ct = c.add(i * rsc);
-                        let (mr, e) = (MR.min(rows - i), e.rows_from(i));
-                        kernel_portable(apanel, b, bs, ct, rsc, mr, nr, &e)
-                    }
-                }
-            }
+        debug_assert!(a.len() >= rows.div_ceil(MR) * kc * MR);
+        debug_assert!(kc == 0 || b.len() >= (kc - 1) * bs + NR);
+        // SAFETY: the ISA's loop runs on a CPU with its features (`Isa::table`); a holds the
+        // panels and b kc rows of NR values bs apart; c as the caller vouches.
+        unsafe {
+            (self.isa.table().sgemm.column)(kc, a.as_ptr(), rows, b.as_ptr(), bs, c, rsc, nr, e)
         }
     }
 
@@ -676,34 +777,11 @@ impl Problem<'_> {
             return;
         }
         debug_assert!(a.len() >= kc * MR && b.len() >= (panels - 1) * step + (kc - 1) * bs + NR);
-        match self.isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: Avx2Fma is only chosen when the CPU has both features; a and b hold
-            // what the caller vouches for.
-            Isa::Avx2Fma => unsafe {
-                avx2::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
-            },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: Avx512 is only chosen when the CPU has AVX-512F (and AVX2 and FMA); a
-            // and b hold what the caller vouches for.
-            Isa::Avx512 => unsafe {
-                avx512::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
-            },
-            #[cfg(target_arch = "aarch64")]
-            // SAFETY: NEON is aarch64's baseline; a and b hold what the caller vouches for.
-            Isa::Neon | Isa::NeonDot => unsafe {
-                neon::row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
-            },
-            Isa::Portable => {
-                for jp in 0..panels {
-                    // SAFETY: tile jp of the row the caller vouches for.
-                    unsafe {
-                        let e = e.cols_from(jp * NR);
-                        let b = &b[jp * step..];
-                        kernel_portable(a, b, bs, c.add(jp * NR), rsc, mr, NR, &e)
-                    }
-                }
-            }
+        // SAFETY: the ISA's loop runs on a CPU with its features (`Isa::table`); a and b hold
+        // what the caller vouches for.
+        unsafe {
+            let row = self.isa.table().sgemm.row;
+            row(kc, a.as_ptr(), b.as_ptr(), bs, step, panels, c, rsc, mr, e)
         }
     }
 
