@@ -48,11 +48,8 @@ impl LayoutNchwc {
     /// Whether the Winograd kernels beat the blocked direct convolution under this ISA (then
     /// Winograd convolutions, and networks made mostly of them, stay plain).
     pub fn prefers_winograd(&self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        if self.isa == Isa::Avx512 {
-            return false;
-        }
-        true
+        // Where the blocked kernels have Winograd tiles of their own, nothing stays plain.
+        !self.isa.table().nchwc.winograd
     }
 }
 

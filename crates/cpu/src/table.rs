@@ -14,14 +14,16 @@
 
 use crate::isa::Isa;
 use crate::{
-    conv, depthwise, elementwise, math, pool, qconv, qconv_nhwc, qelementwise, qlinear, qpool_nhwc,
-    sgemm, softmax, stride2, winograd,
+    conv, depthwise, elementwise, math, nchwc, pool, qconv, qconv_nhwc, qelementwise, qlinear,
+    qpool_nhwc, sgemm, softmax, stride2, winograd,
 };
 
 /// Every family's microkernels for one ISA.
 pub(crate) struct Table {
     /// The f32 GEMM's tile loops.
     pub(crate) sgemm: sgemm::Kernels,
+    /// The blocked (NCHWc) kernels' loops.
+    pub(crate) nchwc: nchwc::Kernels,
     /// exp, erf, tanh, sigmoid and GELU over slices.
     pub(crate) math: math::Kernels,
     /// The binary, unary and Clip loops.
@@ -53,6 +55,7 @@ pub(crate) struct Table {
 /// Plain Rust, for any CPU.
 const PORTABLE: Table = Table {
     sgemm: sgemm::PORTABLE,
+    nchwc: nchwc::PORTABLE,
     math: math::PORTABLE,
     elementwise: elementwise::PORTABLE,
     softmax: softmax::PORTABLE,
@@ -72,6 +75,7 @@ const PORTABLE: Table = Table {
 #[cfg(target_arch = "x86_64")]
 const AVX2: Table = Table {
     sgemm: sgemm::AVX2,
+    nchwc: nchwc::avx2::KERNELS,
     math: math::avx2::KERNELS,
     elementwise: elementwise::avx2::KERNELS,
     softmax: softmax::avx2::KERNELS,
@@ -91,6 +95,7 @@ const AVX2: Table = Table {
 #[cfg(target_arch = "x86_64")]
 const AVX512: Table = Table {
     sgemm: sgemm::AVX512,
+    nchwc: nchwc::avx2::KERNELS_AVX512,
     math: math::avx512::KERNELS,
     elementwise: elementwise::avx512::KERNELS,
     softmax: softmax::avx512::KERNELS,
@@ -118,6 +123,7 @@ const AVX512_VBMI: Table = Table {
 #[cfg(target_arch = "aarch64")]
 const NEON: Table = Table {
     sgemm: sgemm::NEON,
+    nchwc: nchwc::NEON,
     math: math::neon::KERNELS,
     elementwise: elementwise::neon::KERNELS,
     softmax: softmax::neon::KERNELS,

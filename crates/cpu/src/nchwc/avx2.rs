@@ -1,5 +1,33 @@
-use super::B;
+use super::{Kernels, B};
 use std::arch::x86_64::*;
+
+pub(crate) const KERNELS: Kernels = Kernels {
+    reorder_block: reorder,
+    activate_row: activate_avx2,
+    winograd: false,
+    conv: super::conv::AVX2,
+    depthwise: super::depthwise::avx2::KERNELS,
+};
+
+/// With the 16-channel tiles and the blocked Winograd kernels.
+pub(crate) const KERNELS_AVX512: Kernels = Kernels {
+    winograd: true,
+    conv: super::conv::AVX512,
+    depthwise: super::depthwise::avx512::KERNELS,
+    ..KERNELS
+};
+
+fn reorder(to_blocked: bool, src: &[f32], dst: &mut [f32], hw: usize) -> usize {
+    assert!(src.len() >= B * hw && dst.len() >= B * hw);
+    // SAFETY: reached only through the AVX2 and AVX-512 tables, whose CPUs have AVX2 and FMA;
+    // both slices hold 8 x hw values (asserted).
+    unsafe { reorder_block(to_blocked, src, dst, hw) }
+}
+
+fn activate_avx2(act: Option<super::UnaryKind>, row: &mut [f32]) {
+    // SAFETY: as for `reorder`; `activate` is safe code.
+    unsafe { activate(act, row) }
+}
 
 /// [`super::reorder_block`] for whole runs of eight pixels, as 8 x 8 transposes in
 /// registers; returns how many pixels it did.
@@ -7,12 +35,7 @@ use std::arch::x86_64::*;
 /// # Safety
 /// The CPU must support AVX2; `src` and `dst` must hold `8 * hw` values.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn reorder_block(
-    to_blocked: bool,
-    src: &[f32],
-    dst: &mut [f32],
-    hw: usize,
-) -> usize {
+unsafe fn reorder_block(to_blocked: bool, src: &[f32], dst: &mut [f32], hw: usize) -> usize {
     let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
     let mut p = 0;
     while p + B <= hw {
@@ -76,6 +99,6 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 
 /// [`super::activate`] compiled for AVX2.
 #[target_feature(enable = "avx2,fma")]
-pub(super) fn activate(act: Option<super::UnaryKind>, row: &mut [f32]) {
+fn activate(act: Option<super::UnaryKind>, row: &mut [f32]) {
     super::activate(act, row)
 }

@@ -2,8 +2,10 @@
 //! ordinary ([`conv`]) and depthwise ([`depthwise`]) convolutions; blocked pooling and
 //! BatchNormalization live with their plain kernels.
 
-mod conv;
-mod depthwise;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+pub(crate) mod conv;
+pub(crate) mod depthwise;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -21,6 +23,39 @@ use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
 
 const B: usize = BLOCK;
+
+/// The blocked kernels' part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// [`reorder_block`]'s whole runs of eight pixels; returns how many pixels it did:
+    /// (to_blocked, src, dst, hw).
+    pub(crate) reorder_block: fn(bool, &[f32], &mut [f32], usize) -> usize,
+    /// [`activate`] over a row.
+    pub(crate) activate_row: fn(Option<UnaryKind>, &mut [f32]),
+    /// Whether the blocked Winograd F(4x4, 3x3) kernels exist (and beat the direct
+    /// convolution) under this ISA.
+    pub(crate) winograd: bool,
+    /// The direct convolution's tiles.
+    pub(crate) conv: conv::Kernels,
+    /// The depthwise convolution's rows.
+    pub(crate) depthwise: depthwise::Kernels,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    reorder_block: |_, _, _, _| 0,
+    activate_row: activate,
+    winograd: false,
+    conv: conv::PORTABLE,
+    depthwise: depthwise::PORTABLE,
+};
+
+/// NEON: the plain loops vectorise to it, the tiles are its own.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const NEON: Kernels = Kernels {
+    conv: conv::NEON,
+    depthwise: depthwise::NEON,
+    ..PORTABLE
+};
 
 /// `ToNchwc` / `FromNchwc` on `[N, C, H, W]` (plain) tensors.
 #[derive(Debug)]
@@ -79,14 +114,8 @@ impl Kernel for ReorderKernel {
 /// One block of eight channels: plain `[8, hw]` to blocked `[hw, 8]` (its transpose) or back.
 fn reorder_block(isa: Isa, to_blocked: bool, src: &[f32], dst: &mut [f32], hw: usize) {
     assert!(src.len() == B * hw && dst.len() == B * hw);
-    // Whole runs of eight pixels in registers where the CPU has AVX2, the rest here.
-    let done = match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the CPU has AVX2 (the Isa was detected); both slices hold 8 x hw values
-        // (asserted).
-        Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::reorder_block(to_blocked, src, dst, hw) },
-        _ => 0,
-    };
+    // Whole runs of eight pixels in registers where the ISA has such a loop, the rest here.
+    let done = (isa.table().nchwc.reorder_block)(to_blocked, src, dst, hw);
     for p in done..hw {
         for j in 0..B {
             if to_blocked {
@@ -135,28 +164,18 @@ fn clamp_of(act: Option<UnaryKind>) -> Option<(f32, f32)> {
     }
 }
 
-/// [`activate`], compiled for AVX2 where the CPU has it.
+/// [`activate`], compiled for the ISA (`nchwc/avx2.rs`).
 pub(crate) fn activate_row(isa: Isa, act: Option<UnaryKind>, row: &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the CPU has AVX2 (the Isa was detected), the only requirement of the
-        // target_feature function, whose body is safe code.
-        Isa::Avx2Fma | Isa::Avx512 => unsafe { avx2::activate(act, row) },
-        // NEON is aarch64's baseline: the plain loops vectorise to it.
-        _ => activate(act, row),
-    }
+    (isa.table().nchwc.activate_row)(act, row)
 }
 
 /// The output pointer shared by a kernel's row tasks, each writing its own rows.
 #[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
+pub(crate) struct SendPtr(*mut f32);
 // SAFETY: the tasks write disjoint rows of the output (see the kernels' `rows`).
 unsafe impl Send for SendPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SendPtr {}
-
-#[cfg(target_arch = "x86_64")]
-mod avx2;
 
 /// The blocked kernels: reorders, and convolutions wrapped in `Nchwc` (blocked pooling and
 /// BatchNormalization register with their plain kernels).
@@ -217,7 +236,7 @@ fn blocked_conv(c: &Conv, r: &Req) -> Built {
     }
     #[cfg(target_arch = "x86_64")]
     // F(4x4, 3x3) only: at Precision::Accurate the blocked direct convolution runs instead.
-    if isa == Isa::Avx512
+    if isa.table().nchwc.winograd
         && r.cx.precision == crate::backend::Precision::Fast
         && blocked_input
         && winograd::pays(&s)

@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 /// # Safety
 /// The CPU must support AVX2 and FMA; the call must own the rows (as `rows`).
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn rows(
+pub(crate) unsafe fn rows(
     k: &ConvKernel,
     x: &[f32],
     y: SendPtr,

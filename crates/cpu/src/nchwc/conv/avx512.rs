@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 /// # Safety
 /// The CPU must support AVX-512F, BW, VL and DQ; the call must own the rows (as `rows`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-pub(super) unsafe fn rows(
+pub(crate) unsafe fn rows(
     k: &ConvKernel,
     x: &[f32],
     y: SendPtr,

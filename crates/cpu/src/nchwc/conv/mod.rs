@@ -31,7 +31,68 @@ const TILE512: usize = 8;
 
 /// Whether `isa` runs the 16-channel (two blocks a register) tiles.
 fn wide(isa: Isa) -> bool {
-    isa.has_avx512()
+    isa.table().nchwc.conv.wide
+}
+
+/// [`ConvKernel::rows`]'s tiles: (kernel, x, y, ob, nb, rows).
+///
+/// # Safety
+/// The call must own the rows (as `rows`).
+pub(crate) type RowsFn =
+    unsafe fn(&ConvKernel, &[f32], SendPtr, usize, usize, std::ops::Range<usize>);
+
+/// The blocked direct convolution's part of an ISA's microkernel table ([`crate::table`]).
+pub(crate) struct Kernels {
+    pub(crate) rows: RowsFn,
+    /// 16-channel tiles (two blocks a register), which also apply HardSigmoid and HardSwish
+    /// in their registers.
+    pub(crate) wide: bool,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    rows: portable_rows,
+    wide: false,
+};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AVX2: Kernels = Kernels {
+    rows: avx2::rows,
+    wide: false,
+};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AVX512: Kernels = Kernels {
+    rows: avx512::rows,
+    wide: true,
+};
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) const NEON: Kernels = Kernels {
+    rows: neon::rows,
+    wide: false,
+};
+
+/// [`RowsFn`] in plain Rust.
+///
+/// # Safety
+/// As [`RowsFn`].
+unsafe fn portable_rows(
+    k: &ConvKernel,
+    x: &[f32],
+    y: SendPtr,
+    ob: usize,
+    nb: usize,
+    rows: std::ops::Range<usize>,
+) {
+    let g = &k.s.geometry;
+    let plane = g.output[0] * g.output[1] * B;
+    k.for_each_tile(x, y, ob, rows, |t, n, out| {
+        assert!(t.fits(n, nb));
+        // SAFETY: the reads stay inside the tile's slices (asserted) and `out` holds the
+        // tile (for_each_tile's contract).
+        unsafe { portable(t, n, nb, out, plane) }
+    })
 }
 
 /// The most pixels of a row tile under `isa`.
@@ -240,24 +301,11 @@ impl ConvKernel {
         let g = &self.s.geometry;
         let (oh, ow) = (g.output[0], g.output[1]);
         let plane = oh * ow * B;
-        match self.isa {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the CPU has AVX2 and FMA (the Isa was detected).
-            Isa::Avx2Fma => unsafe { avx2::rows(self, x, y, ob, nb, rows.clone()) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the CPU has AVX-512F, BW, VL and DQ (the Isa was detected).
-            Isa::Avx512 => unsafe { avx512::rows(self, x, y, ob, nb, rows.clone()) },
-            #[cfg(target_arch = "aarch64")]
-            // SAFETY: this call owns the rows (the callers split work by block and row).
-            Isa::Neon | Isa::NeonDot => unsafe { neon::rows(self, x, y, ob, nb, rows.clone()) },
-            Isa::Portable => self.for_each_tile(x, y, ob, rows.clone(), |t, n, out| {
-                assert!(t.fits(n, nb));
-                // SAFETY: the reads stay inside the tile's slices (asserted) and `out` holds
-                // the tile (for_each_tile's contract).
-                unsafe { portable(t, n, nb, out, plane) }
-            }),
-        }
-        let in_tiles = self.isa.has_avx512() && hard_of(self.act).is_some();
+        let kernels = &self.isa.table().nchwc.conv;
+        // SAFETY: the ISA's tiles run on a CPU with its features (`Isa::table`); this call
+        // owns the rows (the callers split work by block and row).
+        unsafe { (kernels.rows)(self, x, y, ob, nb, rows.clone()) };
+        let in_tiles = kernels.wide && hard_of(self.act).is_some();
         if self.act.is_some() && clamp_of(self.act).is_none() && !in_tiles {
             for oy in rows {
                 for b in ob..ob + nb {
@@ -300,7 +348,7 @@ impl ConvKernel {
         let chunks = l.groups.div_ceil(chunk);
         let clamp = clamp_of(self.act);
         // The AVX-512 tiles apply HardSigmoid and HardSwish in their registers.
-        let hard = hard_of(self.act).filter(|_| self.isa.has_avx512());
+        let hard = hard_of(self.act).filter(|_| wide(self.isa));
         for ci in 0..chunks {
             let groups = ci * chunk..((ci + 1) * chunk).min(l.groups.max(1));
             for oy in rows.clone() {

@@ -8,7 +8,7 @@ const VB: usize = B / 4;
 ///
 /// # Safety
 /// The call must own the rows (as `rows`).
-pub(super) unsafe fn rows(
+pub(crate) unsafe fn rows(
     k: &ConvKernel,
     x: &[f32],
     y: SendPtr,

@@ -2,6 +2,45 @@
 
 use super::*;
 
+pub(crate) const KERNELS: Kernels = Kernels {
+    plane_3x3: Some(plane),
+    row,
+    row_clamps: true,
+};
+
+/// [`plane_3x3`] with eight lanes.
+///
+/// # Safety
+/// As [`Plane3x3Fn`]; reached only through the AVX2 table, whose CPUs have AVX2 and FMA.
+unsafe fn plane(
+    g: &ConvGeometry,
+    plane: &[f32],
+    w: &[f32],
+    bias: &[f32; B],
+    rows: Range<usize>,
+    clamp: Option<(f32, f32)>,
+    out: *mut f32,
+) {
+    // SAFETY: the CPU has AVX2 and FMA; `out` as the caller vouches.
+    unsafe { plane_3x3(g, plane, w, bias, rows, clamp, false, out) }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row(
+    g: &ConvGeometry,
+    plane: &[f32],
+    w: &[f32],
+    bias: &[f32; B],
+    oy: usize,
+    plan: &RowPlan,
+    clamp: Option<(f32, f32)>,
+    out: &mut [f32],
+) {
+    // SAFETY: reached only through the AVX2 table, whose CPUs have AVX2 and FMA; `row_avx2`
+    // checks the sizes its taps rely on.
+    unsafe { row_avx2(g, plane, w, bias, oy, plan, clamp, false, out) }
+}
+
 /// One output row (`out`): the inner pixels [`TILE`] (then four, two) at a time without
 /// bounds tests, the rest one by one with each kernel row's taps clipped to the image.
 ///
@@ -9,7 +48,7 @@ use super::*;
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn row_avx2(
+pub(crate) unsafe fn row_avx2(
     g: &ConvGeometry,
     plane: &[f32],
     w: &[f32],
@@ -195,7 +234,7 @@ pub(super) unsafe fn pixel_avx2(
 /// write these rows meanwhile.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn plane_3x3(
+pub(crate) unsafe fn plane_3x3(
     g: &ConvGeometry,
     plane: &[f32],
     w: &[f32],

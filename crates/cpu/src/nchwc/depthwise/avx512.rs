@@ -1,4 +1,54 @@
-use super::{unpadded_3x3, B};
+use super::avx2::{plane_3x3, row_avx2};
+use super::{unpadded_3x3, Kernels, RowPlan, B};
+use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+pub(crate) const KERNELS: Kernels = Kernels {
+    plane_3x3: Some(plane),
+    row,
+    row_clamps: true,
+};
+
+/// Stride 1 across: [`plane_3x3_s1`], two pixels a register; otherwise AVX2's tiles with their
+/// AVX-512 variants.
+///
+/// # Safety
+/// As [`super::Plane3x3Fn`]; reached only through the AVX-512 tables, whose CPUs have AVX-512 F/BW/
+/// VL/DQ, AVX2 and FMA.
+unsafe fn plane(
+    g: &ConvGeometry,
+    plane: &[f32],
+    w: &[f32],
+    bias: &[f32; B],
+    rows: Range<usize>,
+    clamp: Option<(f32, f32)>,
+    out: *mut f32,
+) {
+    // SAFETY: the CPU has the features (as above); `out` as the caller vouches.
+    unsafe {
+        if g.strides[1] == 1 {
+            plane_3x3_s1(g, plane, w, bias, rows, clamp, out)
+        } else {
+            plane_3x3(g, plane, w, bias, rows, clamp, true, out)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row(
+    g: &ConvGeometry,
+    plane: &[f32],
+    w: &[f32],
+    bias: &[f32; B],
+    oy: usize,
+    plan: &RowPlan,
+    clamp: Option<(f32, f32)>,
+    out: &mut [f32],
+) {
+    // SAFETY: as for `plane`; `row_avx2` checks the sizes its taps rely on.
+    unsafe { row_avx2(g, plane, w, bias, oy, plan, clamp, true, out) }
+}
 
 /// The `n` inner pixels of a stride-1, dilation-1 row, two a register: kernel row
 /// `kh0 + j` reads image row `rows[j]` (a value offset) from column `x0`; weights
@@ -118,9 +168,6 @@ impl Row<'_> {
         }
     }
 }
-use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
-use std::arch::x86_64::*;
-use std::ops::Range;
 
 /// [`super::plane_3x3`] for stride 1 across, two pixels a register.
 ///

@@ -116,7 +116,7 @@ pub(crate) struct DepthwiseKernel {
 
 /// One output row's geometry: the kernel rows inside the image and the output columns whose
 /// windows lie inside the row.
-struct RowPlan {
+pub(crate) struct RowPlan {
     kh: Range<usize>,
     // The portable path tests every tap.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -194,66 +194,67 @@ impl DepthwiseKernel {
             .try_into()
             .expect("8 values");
         let clamp = clamp_of(self.act);
-        #[cfg(target_arch = "x86_64")]
-        if self.isa.has_avx2() && unpadded_3x3(g) && (clamp.is_some() || self.act.is_none()) {
-            if self.isa == Isa::Avx512 && g.strides[1] == 1 {
-                // SAFETY: the CPU has AVX-512F and DQ (the Isa was detected); the function
+        let k = &self.isa.table().nchwc.depthwise;
+        if let Some(plane_3x3) = k.plane_3x3 {
+            if unpadded_3x3(g) && (clamp.is_some() || self.act.is_none()) {
+                // SAFETY: the ISA's loop runs on a CPU with its features (`Isa::table`); it
                 // checks the sizes its taps rely on; this call owns the rows (as below).
-                unsafe { avx512::plane_3x3_s1(g, plane, w, &bias, rows, clamp, out.0) };
+                unsafe { plane_3x3(g, plane, w, &bias, rows, clamp, out.0) };
                 return;
             }
-            // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `plane_3x3` checks
-            // the sizes its taps rely on; this call owns the rows (as below).
-            unsafe {
-                avx2::plane_3x3(
-                    g,
-                    plane,
-                    w,
-                    &bias,
-                    rows,
-                    clamp,
-                    self.isa == Isa::Avx512,
-                    out.0,
-                )
-            };
-            return;
         }
         for oy in rows {
             // SAFETY: the callers split work by block and row, so this call owns the row.
             let out = unsafe { std::slice::from_raw_parts_mut(out.0.add(oy * ow * B), ow * B) };
             let plan = Self::row_plan(g, oy);
-            match self.isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: the CPU has AVX2 and FMA (the Isa was detected); `row_avx2` checks
-                // the sizes its taps rely on.
-                Isa::Avx2Fma | Isa::Avx512 => unsafe {
-                    avx2::row_avx2(
-                        g,
-                        plane,
-                        w,
-                        &bias,
-                        oy,
-                        &plan,
-                        clamp,
-                        self.isa == Isa::Avx512,
-                        out,
-                    )
-                },
-                #[cfg(target_arch = "aarch64")]
-                Isa::Neon | Isa::NeonDot => neon::row_neon(g, plane, w, &bias, oy, &plan, out),
-                _ => {
-                    for (ox, o) in out.chunks_exact_mut(B).enumerate() {
-                        o.copy_from_slice(&pixel(g, plane, w, &bias, oy, ox, &plan));
-                    }
-                }
-            }
-            // The AVX2 rows clamp Relu and Clip in registers.
-            if self.act.is_some() && (clamp.is_none() || !self.isa.has_avx2()) {
+            (k.row)(g, plane, w, &bias, oy, &plan, clamp, out);
+            // Rows that clamp Relu and Clip in registers leave only the other activations.
+            if self.act.is_some() && (clamp.is_none() || !k.row_clamps) {
                 activate_row(self.isa, self.act, out);
             }
         }
     }
 }
+
+/// The blocked depthwise convolution's part of an ISA's microkernel table
+/// ([`crate::table`]).
+pub(crate) struct Kernels {
+    /// Whole output rows of an unpadded 3x3 kernel, if the ISA has such a loop.
+    pub(crate) plane_3x3: Option<Plane3x3Fn>,
+    pub(crate) row: RowFn,
+    /// Whether `row` applies a clamp (Relu, Clip) in its registers.
+    pub(crate) row_clamps: bool,
+}
+
+/// Output rows `rows` of an unpadded 3x3 depthwise convolution of one block's plane:
+/// (geometry, plane, weights, bias, rows, clamp, out), row `oy` going to `out + oy * ow * 8`.
+///
+/// # Safety
+/// `out` is valid for those rows, which no other thread writes meanwhile.
+pub(crate) type Plane3x3Fn =
+    unsafe fn(&ConvGeometry, &[f32], &[f32], &[f32; B], Range<usize>, Option<(f32, f32)>, *mut f32);
+
+/// One output row: (geometry, plane, weights, bias, oy, plan, clamp, out).
+pub(crate) type RowFn =
+    fn(&ConvGeometry, &[f32], &[f32], &[f32; B], usize, &RowPlan, Option<(f32, f32)>, &mut [f32]);
+
+/// Plain Rust, pixel by pixel; the activation runs after.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    plane_3x3: None,
+    row: |g, plane, w, bias, oy, plan, _, out| {
+        for (ox, o) in out.chunks_exact_mut(B).enumerate() {
+            o.copy_from_slice(&pixel(g, plane, w, bias, oy, ox, plan));
+        }
+    },
+    row_clamps: false,
+};
+
+/// NEON rows; the activation runs after.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const NEON: Kernels = Kernels {
+    row: |g, plane, w, bias, oy, plan, _, out| neon::row_neon(g, plane, w, bias, oy, plan, out),
+    ..PORTABLE
+};
 
 /// One output pixel, taps tested against the image's edges.
 fn pixel(
@@ -285,8 +286,7 @@ fn pixel(
 }
 
 /// Whether `g` is a 3x3 kernel without padding, dilation 1 across and stride 1 or 2 across:
-/// every window of every row lies inside the image ([`plane_3x3`]).
-#[cfg(target_arch = "x86_64")]
+/// every window of every row lies inside the image ([`Kernels::plane_3x3`]).
 fn unpadded_3x3(g: &ConvGeometry) -> bool {
     g.kernel == [3, 3]
         && g.pad_begin.iter().chain(&g.pad_end).all(|&p| p == 0)
@@ -295,12 +295,12 @@ fn unpadded_3x3(g: &ConvGeometry) -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 /// The stride-1 kernels on 16 lanes: one zmm holds two neighbouring pixels' eight
 /// channels, which lie side by side in the blocked layout, so a tap is one load and one FMA
 /// for two pixels.
 #[cfg(target_arch = "x86_64")]
-mod avx512;
+pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
