@@ -139,14 +139,15 @@ const NEON: Table = Table {
     qconv_nhwc: qconv_nhwc::PORTABLE,
 };
 
-/// NEON with the dot-product extension: the int8 entries differ, not these.
+/// NEON with the dot-product extension: the same loops here (its int8 GEMM differs, through
+/// `qgemm::QPath`).
 #[cfg(target_arch = "aarch64")]
 const NEON_DOT: Table = Table { ..NEON };
 
 impl Isa {
-    /// This ISA's microkernels. The per-ISA entries call code compiled with target features, which is
-    /// sound because an `Isa` other than `Portable` exists only on CPUs that have its
-    /// features ([`Isa::detect`], [`Isa::parse`]).
+    /// This ISA's microkernels. The per-ISA entries call code compiled with target features,
+    /// which is sound because an `Isa` other than `Portable` exists only on CPUs that have
+    /// its features ([`Isa::detect`], [`Isa::parse`]).
     pub(crate) fn table(self) -> &'static Table {
         match self {
             Isa::Portable => &PORTABLE,
