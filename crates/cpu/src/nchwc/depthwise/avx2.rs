@@ -4,7 +4,7 @@ use super::*;
 
 pub(crate) const KERNELS: Kernels = Kernels {
     plane_3x3: Some(plane),
-    row,
+    row: row::<false>,
     row_clamps: true,
 };
 
@@ -25,8 +25,9 @@ unsafe fn plane(
     unsafe { plane_3x3(g, plane, w, bias, rows, clamp, false, out) }
 }
 
+/// [`row_avx2`], `WIDE` its AVX-512 variants (the AVX-512 table's entry).
 #[allow(clippy::too_many_arguments)]
-fn row(
+pub(super) fn row<const WIDE: bool>(
     g: &ConvGeometry,
     plane: &[f32],
     w: &[f32],
@@ -36,9 +37,10 @@ fn row(
     clamp: Option<(f32, f32)>,
     out: &mut [f32],
 ) {
-    // SAFETY: reached only through the AVX2 table, whose CPUs have AVX2 and FMA; `row_avx2`
-    // checks the sizes its taps rely on.
-    unsafe { row_avx2(g, plane, w, bias, oy, plan, clamp, false, out) }
+    // SAFETY: reached only through the AVX2 and AVX-512 tables, whose CPUs have AVX2 and FMA
+    // (`WIDE` only through the AVX-512 ones, whose CPUs have AVX-512 too); `row_avx2` checks
+    // the sizes its taps rely on.
+    unsafe { row_avx2(g, plane, w, bias, oy, plan, clamp, WIDE, out) }
 }
 
 /// One output row (`out`): the inner pixels [`TILE`] (then four, two) at a time without

@@ -1,12 +1,12 @@
-use super::avx2::{plane_3x3, row_avx2};
-use super::{unpadded_3x3, Kernels, RowPlan, B};
+use super::avx2::{plane_3x3, row};
+use super::{unpadded_3x3, Kernels, B};
 use ferrolite_core::ops::linalg::conv_geometry::ConvGeometry;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 pub(crate) const KERNELS: Kernels = Kernels {
     plane_3x3: Some(plane),
-    row,
+    row: row::<true>,
     row_clamps: true,
 };
 
@@ -14,8 +14,8 @@ pub(crate) const KERNELS: Kernels = Kernels {
 /// AVX-512 variants.
 ///
 /// # Safety
-/// As [`super::Plane3x3Fn`]; reached only through the AVX-512 tables, whose CPUs have AVX-512 F/BW/
-/// VL/DQ, AVX2 and FMA.
+/// As [`super::Plane3x3Fn`]; reached only through the AVX-512 tables, whose CPUs have
+/// AVX-512 F/BW/VL/DQ, AVX2 and FMA.
 unsafe fn plane(
     g: &ConvGeometry,
     plane: &[f32],
@@ -33,21 +33,6 @@ unsafe fn plane(
             plane_3x3(g, plane, w, bias, rows, clamp, true, out)
         }
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn row(
-    g: &ConvGeometry,
-    plane: &[f32],
-    w: &[f32],
-    bias: &[f32; B],
-    oy: usize,
-    plan: &RowPlan,
-    clamp: Option<(f32, f32)>,
-    out: &mut [f32],
-) {
-    // SAFETY: as for `plane`; `row_avx2` checks the sizes its taps rely on.
-    unsafe { row_avx2(g, plane, w, bias, oy, plan, clamp, true, out) }
 }
 
 /// The `n` inner pixels of a stride-1, dilation-1 row, two a register: kernel row
