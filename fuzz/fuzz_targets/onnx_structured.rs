@@ -5,7 +5,7 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = ferrolite::exercise::onnx(data);
+    let _ = ferrolite_fuzz::exercise::onnx(data);
 });
 
 libfuzzer_sys::fuzz_mutator!(|data: &mut [u8], size: usize, max_size: usize, seed: u32| {

@@ -6,5 +6,5 @@
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut file = data.to_vec();
     ferrolite::core::format::reseal(&mut file);
-    let _ = ferrolite::exercise::optimized(&file);
+    let _ = ferrolite_fuzz::exercise::optimized(&file);
 });

@@ -2,5 +2,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = ferrolite::exercise::tensor_file(data);
+    let _ = ferrolite_fuzz::exercise::tensor_file(data);
 });

@@ -1,5 +1,8 @@
-//! The structure-aware ONNX mutator of `onnx_structured`. (How a Paddle model is packed into one
-//! input is `ferrolite::exercise::packed_paddle`, shared with the regression replay.)
+//! The fuzz targets' support: [`exercise`], which drives an untrusted model end to end (shared
+//! with the hostile-input tests), and the structure-aware ONNX mutator of `onnx_structured`.
+//! (How a Paddle model is packed into one input is [`exercise::packed_paddle`].)
+
+pub mod exercise;
 
 use ferrolite::onnx::proto::{
     attribute_type, data_type, tensor_shape_proto, type_proto, ModelProto, NodeProto,

@@ -37,7 +37,6 @@
 //! ```
 
 pub mod device;
-pub mod exercise;
 pub mod model;
 pub mod session;
 

@@ -3,8 +3,14 @@
 //! typed error naming the problem. Also replays `tests/fuzz-regressions/<target>/`, where
 //! inputs that once crashed a fuzz target are kept: each must now load or fail, not panic.
 
-use ferrolite::{exercise, Session};
+use ferrolite::Session;
 use std::path::{Path, PathBuf};
+
+/// The fuzz targets' driver, compiled in here so that the replay runs what they run (not every
+/// target has a replay here, hence `dead_code`).
+#[allow(dead_code)]
+#[path = "../../../fuzz/src/exercise.rs"]
+mod exercise;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

@@ -1,13 +1,15 @@
 //! Drives an untrusted model end to end: load, prerun on its default shapes, and one run on
-//! zero inputs when those are small. The fuzz targets (`fuzz/`) and the hostile-input tests
-//! use it: whatever the bytes, every failure must come back as an `Err`, never as a panic, an
-//! abort, or an allocation past the session's memory cap.
+//! zero inputs when those are small. The fuzz targets and the hostile-input tests
+//! (`crates/ferrolite/tests/hostile.rs`, which includes this file) use it: whatever the bytes,
+//! every failure must come back as an `Err`, never as a panic, an abort, or an allocation past
+//! the session's memory cap. It is written against ferrolite's public API only, and is not part
+//! of it.
 
-use crate::model::{load_model, load_model_as, Format};
+use ferrolite::core::tensor::checked_numel;
+use ferrolite::model::{load_model, load_model_as, Format};
 #[cfg(feature = "paddle")]
-use crate::model::{load_paddle_bytes, load_paddle_separate};
-use crate::{Result, Session, SessionOptions, Tensor};
-use ferrolite_core::tensor::checked_numel;
+use ferrolite::model::{load_paddle_bytes, load_paddle_separate};
+use ferrolite::{Result, Session, SessionOptions, Tensor};
 
 /// The memory cap of sessions on untrusted models here (weights, arena, prepacked copies,
 /// and any one tensor at run time).
@@ -76,7 +78,7 @@ pub fn paddle_separate(program: &[u8], files: &[(String, Vec<u8>)]) -> Result<()
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, b)| b.clone())
-            .ok_or_else(|| ferrolite_paddle::Error::MissingVariable {
+            .ok_or_else(|| ferrolite::paddle::Error::MissingVariable {
                 var: name.to_string(),
                 path: name.to_string(),
             })
@@ -152,8 +154,8 @@ pub mod packed_paddle {
 #[cfg(feature = "onnx")]
 pub fn tensor_file(bytes: &[u8]) -> Result<Tensor> {
     if bytes.starts_with(b"\x93NUMPY") {
-        ferrolite_onnx::npy::read_npy(bytes)
+        ferrolite::onnx::npy::read_npy(bytes)
     } else {
-        Ok(ferrolite_onnx::decode_tensor_bytes(bytes, None)?.1)
+        Ok(ferrolite::onnx::decode_tensor_bytes(bytes, None)?.1)
     }
 }
