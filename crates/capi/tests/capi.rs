@@ -285,7 +285,7 @@ fn optimized_models_load_from_file_and_memory() {
     assert_eq!(init_ferrolite(), FERROLITE_OK);
     let flm = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/optimized/ppocr_cls-v1.flm"
+        "/../../tests/optimized/ppocr_cls-v2.flm"
     );
     let bytes = std::fs::read(flm).unwrap();
     let data: Vec<f32> = (0..3 * 48 * 192)

@@ -20,7 +20,7 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 fn runs_an_optimized_model_and_names_what_it_lacks() {
     assert_eq!(init_ferrolite(), FERROLITE_OK);
     // The fixture: ppocr_cls optimized for the portable kernels and input 1x3x48x192.
-    let flm = CString::new(format!("{ROOT}/tests/optimized/ppocr_cls-v1.flm")).unwrap();
+    let flm = CString::new(format!("{ROOT}/tests/optimized/ppocr_cls-v2.flm")).unwrap();
     let mut g = null_mut();
     assert_eq!(
         create_graph(flm.as_ptr(), &mut g),

@@ -15,8 +15,9 @@ use std::sync::Arc;
 
 /// The first eight bytes of every file.
 pub const MAGIC: &[u8; 8] = b"FRLTOPT\0";
-/// The version this code writes, and the only one it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version this code writes, and the only one it reads. Version 2 stores the channel block
+/// in the blocked layout's ops (`ToNchwc`, `Nchwc`), which version 1 fixed at eight.
+pub const FORMAT_VERSION: u32 = 2;
 /// The header's size; the graph section follows it.
 pub const HEADER_LEN: usize = 128;
 /// Every tensor's alignment in the file, and the data section's.

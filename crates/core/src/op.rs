@@ -240,6 +240,13 @@ pub trait Op: Debug + Send + Sync + Any {
         false
     }
 
+    /// For a layout wrapper (an op that runs another op on tensors in another layout, as the
+    /// CPU's layout passes write them): the layout's name and the wrapped op. Kernel registries
+    /// select by both, and a tailored build needs both ops; other ops are not wrappers.
+    fn wrapped(&self) -> Option<(crate::registry::Layout, &dyn Op)> {
+        None
+    }
+
     fn as_any(&self) -> &dyn Any;
 }
 

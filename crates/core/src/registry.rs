@@ -1,8 +1,8 @@
 //! Kernel registries: which kernel runs a node, and why not the others.
 //!
 //! A backend registers its kernels per op type, each with a name, a priority and explicit
-//! constraints: the dtypes it computes, the layout it reads ([`Layout::Nchwc`] or
-//! [`Layout::Nhwc`] for an op wrapped by a layout pass), and the attribute and shape conditions its builder
+//! constraints: the dtypes it computes, the layout it reads (the name of a layout wrapper, see
+//! [`Op::wrapped`], for an op wrapped by a layout pass), and the attribute and shape conditions its builder
 //! checks (described in words, for [`Selection`]). [`KernelRegistry::select`] tries the
 //! entries of the node's op type from the highest priority down and keeps the first that
 //! builds; the others are reported with the reason they were passed over.
@@ -11,22 +11,28 @@
 //! over what an entry builds `K` (a [`Kernel`] for the CPU, a lowering for the GPU).
 
 use crate::ops::codec::{built, Tagged};
-use crate::ops::layout::{Nchwc, Nhwc};
 use crate::plan::{Kernel, KernelRequest};
 use crate::{DType, Op};
 use std::any::{Any, TypeId};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// The layout of the tensors a kernel reads and writes.
+/// The layout of the tensors a kernel reads and writes: [`Layout::PLAIN`] for an op as the
+/// model states it, or the name of the layout wrapper around it ([`Op::wrapped`]). Layouts are
+/// names rather than a closed list, so each device keeps its own (the CPU's blocked and
+/// channels-last ones are `crate::ops::layout::{NCHWC, NHWC}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Layout {
+pub struct Layout(pub &'static str);
+
+impl Layout {
     /// The op as the model states it.
-    Plain,
-    /// The op inside an [`Nchwc`] wrapper: blocked channels.
-    Nchwc,
-    /// The op inside an [`Nhwc`] wrapper: channels last.
-    Nhwc,
+    pub const PLAIN: Layout = Layout("plain");
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
 }
 
 /// What an entry requires of the node's dtypes.
@@ -59,8 +65,9 @@ pub struct Request<'r, 'a, C> {
     pub req: &'r KernelRequest<'a>,
     /// The backend's context (its ISA, its GEMM, its limits).
     pub cx: &'r C,
-    /// The wrapper when the entry's layout is [`Layout::Nchwc`].
-    pub nchwc: Option<&'r Nchwc>,
+    /// The layout wrapper around the node's op when the entry's layout is not
+    /// [`Layout::PLAIN`] ([`Op::wrapped`]); the builder reads its own wrapper's fields from it.
+    pub wrapper: Option<&'r dyn Op>,
 }
 
 /// Why no kernel takes the node, when its data input (input 0) or an output holds no values.
@@ -202,15 +209,10 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
     /// Selects, or lists every entry as rejected for `declined`.
     fn select_unless(&self, req: &KernelRequest, cx: &C, declined: Option<&str>) -> Selection<K> {
         let op = req.node.op.as_ref();
-        let any = op.as_any();
-        let (inner, layout, nchwc): (&dyn Op, Layout, Option<&Nchwc>) =
-            if let Some(w) = any.downcast_ref::<Nchwc>() {
-                (w.inner.as_ref(), Layout::Nchwc, Some(w))
-            } else if let Some(w) = any.downcast_ref::<Nhwc>() {
-                (w.inner.as_ref(), Layout::Nhwc, None)
-            } else {
-                (op, Layout::Plain, None)
-            };
+        let (inner, layout, wrapper) = match op.wrapped() {
+            Some((layout, inner)) => (inner, layout, Some(op)),
+            None => (op, Layout::PLAIN, None),
+        };
         let mut selection = Selection {
             kernel: None,
             considered: Vec::new(),
@@ -218,7 +220,7 @@ impl<C: 'static, K: 'static> KernelRegistry<C, K> {
         let Some(entries) = self.by_op.get(&(inner.as_any().type_id(), layout)) else {
             return selection;
         };
-        let r = Request { req, cx, nchwc };
+        let r = Request { req, cx, wrapper };
         for e in entries {
             let verdict = if let Some(why) = declined {
                 Verdict::Rejected(why.into())
@@ -320,7 +322,7 @@ mod tests {
     #[test]
     fn no_kernel_takes_an_empty_data_input_or_output() {
         let mut r = Kernels::<()>::default();
-        r.add::<Unary>("any", "Unary", 0, DTypes::Any, Layout::Plain, reference);
+        r.add::<Unary>("any", "Unary", 0, DTypes::Any, Layout::PLAIN, reference);
         let relu: Arc<dyn Op> = Arc::new(Unary {
             kind: UnaryKind::Relu,
         });
@@ -339,16 +341,16 @@ mod tests {
     #[test]
     fn picks_by_priority_and_says_why_not() {
         let mut r = Kernels::<()>::default();
-        r.add::<Unary>("low", "Unary", 1, DTypes::AllF32, Layout::Plain, reference);
+        r.add::<Unary>("low", "Unary", 1, DTypes::AllF32, Layout::PLAIN, reference);
         r.add::<Unary>(
             "relu-only",
             "Unary",
             10,
             DTypes::AllF32,
-            Layout::Plain,
+            Layout::PLAIN,
             |u, r| needs((u.kind == UnaryKind::Relu).then(|| reference(u, r)), "Relu")?,
         );
-        r.add::<Unary>("any", "Unary", 0, DTypes::Any, Layout::Plain, reference);
+        r.add::<Unary>("any", "Unary", 0, DTypes::Any, Layout::PLAIN, reference);
         let relu = Arc::new(Unary {
             kind: UnaryKind::Relu,
         });

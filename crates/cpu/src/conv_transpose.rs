@@ -419,7 +419,7 @@ pub(crate) fn register(r: &mut Registry) {
         "ConvTranspose",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| {
             let x = f32_shape(r.req, 0)?;
             let w = f32_shape(r.req, 1)?;

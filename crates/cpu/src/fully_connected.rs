@@ -169,7 +169,7 @@ pub(crate) fn register(r: &mut Registry) {
         "FullyConnected",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |fc, r| {
             let (x, w) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
             let k = FullyConnectedKernel::new(

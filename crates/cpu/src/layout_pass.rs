@@ -3,8 +3,9 @@
 //!
 //! Walking the nodes in order, a value gets a blocked twin when its producer runs blocked:
 //! - a 2-D f32 Conv with constant weights, either ordinary (group 1) with output channels a
-//!   multiple of 8, or depthwise with channels a multiple of 8; an ordinary Conv whose input
-//!   channels are not a multiple of 8 reads its plain input (a network's first layer);
+//!   multiple of the block, or depthwise with channels a multiple of the block; an ordinary Conv
+//!   whose input channels are not a multiple of the block reads its plain input (a network's
+//!   first layer);
 //! - MaxPool / AveragePool (2-D, without indices), GlobalMaxPool / GlobalAveragePool and
 //!   inference BatchNormalization, when their input has a twin;
 //! - element-wise ops whose tensor inputs all have twins that broadcast to the output with
@@ -19,6 +20,10 @@
 //! This is CPU policy, which is why the pass lives here and runs as one of
 //! [`crate::CpuBackend`]'s passes, with the backend's ISA.
 //!
+//! The block (channels per blocked element) is the ISA's, from its kernel table (eight under
+//! every table today): the pass writes it into each `ToNchwc` and `Nchwc` node, so an optimized
+//! file states the block it was made for.
+//!
 //! Any other reader of a value that only exists blocked gets a `FromNchwc` in front; a Conv
 //! that needs a blocked input that does not exist gets a `ToNchwc`. Graph outputs keep their
 //! plain values.
@@ -28,7 +33,7 @@ use crate::Isa;
 use ferrolite_core::ops::elementwise::binary::Binary;
 use ferrolite_core::ops::elementwise::clip::Clip;
 use ferrolite_core::ops::elementwise::unary::Unary;
-use ferrolite_core::ops::layout::{blocked_shape, Nchwc, ReorderNchwc, BLOCK};
+use ferrolite_core::ops::layout::{blocked_shape, Nchwc, ReorderNchwc};
 use ferrolite_core::ops::linalg::conv::{Conv, ConvShapes};
 use ferrolite_core::ops::nn::norm::BatchNorm;
 use ferrolite_core::ops::nn::pool::{GlobalPool, Pool, PoolKind};
@@ -51,23 +56,28 @@ impl LayoutNchwc {
         // Where the blocked kernels have Winograd tiles of their own, nothing stays plain.
         !self.isa.table().nchwc.winograd
     }
+
+    /// The channels per block under this ISA: its table's choice.
+    pub fn block(&self) -> usize {
+        self.isa.table().nchwc.block
+    }
 }
 
-/// The 4-D f32 shape of `v` when it can be blocked.
-fn blockable(g: &Graph, v: ValueId) -> Option<&TensorInfo> {
+/// The 4-D f32 shape of `v` when it can be blocked by `block` channels.
+fn blockable(g: &Graph, v: ValueId, block: usize) -> Option<&TensorInfo> {
     let i = info(g, v)?;
-    (i.dtype == DType::F32 && blocked_shape(&i.shape).is_some()).then_some(i)
+    (i.dtype == DType::F32 && blocked_shape(&i.shape, block).is_some()).then_some(i)
 }
 
 /// A Conv the blocked kernels handle: 2-D f32 with constant weights (and bias), output channels
-/// a multiple of 8, group 1 or depthwise over blocks. Returns whether its input must be
-/// blocked (`false`: an ordinary Conv reading its plain input, channels not a multiple of 8)
-/// and its shapes.
-fn blockable_conv(g: &Graph, n: &Node, conv: &Conv) -> Option<(bool, ConvShapes)> {
+/// a multiple of the block, group 1 or depthwise over blocks. Returns whether its input must be
+/// blocked (`false`: an ordinary Conv reading its plain input, channels not a multiple of the
+/// block) and its shapes.
+fn blockable_conv(g: &Graph, n: &Node, conv: &Conv, block: usize) -> Option<(bool, ConvShapes)> {
     let (x, w) = (input(n, 0)?, input(n, 1)?);
     let xi = info(g, x)?;
     let wt = constant(g, w)?;
-    blockable(g, *n.outputs.first()?)?;
+    blockable(g, *n.outputs.first()?, block)?;
     if xi.dtype != DType::F32 || xi.shape.len() != 4 || wt.dtype() != DType::F32 {
         return None;
     }
@@ -77,9 +87,9 @@ fn blockable_conv(g: &Graph, n: &Node, conv: &Conv) -> Option<(bool, ConvShapes)
     }
     let s = conv.shapes(&xi.shape, wt.shape()).ok()?;
     let c = s.in_channels;
-    let depthwise = conv.group == c && s.out_channels == c && c % BLOCK == 0;
+    let depthwise = conv.group == c && s.out_channels == c && c % block == 0;
     match conv.group {
-        1 => Some((c % BLOCK == 0, s)),
+        1 => Some((c % block == 0, s)),
         _ if depthwise => Some((true, s)),
         _ => None,
     }
@@ -88,21 +98,21 @@ fn blockable_conv(g: &Graph, n: &Node, conv: &Conv) -> Option<(bool, ConvShapes)
 /// How a Conv runs blocked (see [`blockable_conv`]); `None` when it stays plain, which
 /// includes the convolutions the CPU runs with Winograd (faster than the direct blocked
 /// kernel).
-fn conv_mode(g: &Graph, n: &Node, conv: &Conv, winograd: bool) -> Option<bool> {
-    let (blocked_input, s) = blockable_conv(g, n, conv)?;
+fn conv_mode(g: &Graph, n: &Node, conv: &Conv, winograd: bool, block: usize) -> Option<bool> {
+    let (blocked_input, s) = blockable_conv(g, n, conv, block)?;
     (!winograd || tile_for(&s).is_none()).then_some(blocked_input)
 }
 
 /// The share of the blockable convolutions' work in Winograd convolutions. A network made
 /// mostly of them (ResNet) stays plain: blocking the rest would only add reorders around
 /// them.
-fn winograd_share(g: &Graph) -> f64 {
+fn winograd_share(g: &Graph, block: usize) -> f64 {
     let (mut all, mut wide) = (0u64, 0u64);
     for n in &g.nodes {
         let Some(conv) = n.op.as_any().downcast_ref::<Conv>() else {
             continue;
         };
-        let Some((_, s)) = blockable_conv(g, n, conv) else {
+        let Some((_, s)) = blockable_conv(g, n, conv, block) else {
             continue;
         };
         let per_output = s.in_channels / conv.group * s.geometry.kernel.iter().product::<usize>();
@@ -151,7 +161,7 @@ fn broadcasts_per_channel(x: &[usize], y: &[usize]) -> bool {
 
 /// A blocked copy of constant `v` (padded to rank 4) when it broadcasts per channel to `y`
 /// (a per-channel scale `[C, 1, 1]`, for instance).
-fn blocked_constant(g: &mut Graph, v: ValueId, y: &[usize]) -> Option<ValueId> {
+fn blocked_constant(g: &mut Graph, v: ValueId, y: &[usize], block: usize) -> Option<ValueId> {
     let t = constant(g, v)?;
     if t.rank() > 4 || t.dtype() != DType::F32 {
         return None;
@@ -162,7 +172,10 @@ fn blocked_constant(g: &mut Graph, v: ValueId, y: &[usize]) -> Option<ValueId> {
         return None;
     }
     let plain = t.reshaped(&shape).ok()?;
-    let op = ReorderNchwc { to_blocked: true };
+    let op = ReorderNchwc {
+        to_blocked: true,
+        block,
+    };
     let blocked = op.eval(&[Some(&plain)]).ok()?.remove(0);
     let name = format!("{}/nchwc", g.value(v).name);
     Some(g.add_constant(name, blocked))
@@ -188,14 +201,14 @@ impl Pass for LayoutNchwc {
     }
 
     fn run(&self, graph: &mut Graph) -> Result<bool> {
-        let winograd = self.prefers_winograd();
-        if winograd && winograd_share(graph) >= 0.5 {
+        let (winograd, block) = (self.prefers_winograd(), self.block());
+        if winograd && winograd_share(graph, block) >= 0.5 {
             return Ok(false);
         }
         rewrite_with_twins(
             graph,
-            &mut |g, nodes, twin, node, y| convert(g, nodes, twin, node, y, winograd),
-            |g, plain, blocked| reorder(g, plain, blocked, false),
+            &mut |g, nodes, twin, node, y| convert(g, nodes, twin, node, y, winograd, block),
+            |g, plain, blocked| reorder(g, plain, blocked, false, block),
         )
     }
 }
@@ -259,13 +272,13 @@ pub(crate) fn rewrite_with_twins(
 }
 
 /// A `ToNchwc` (or `FromNchwc`) node writing `to` from `from`.
-fn reorder(g: &Graph, plain: ValueId, blocked: ValueId, to_blocked: bool) -> Node {
+fn reorder(g: &Graph, plain: ValueId, blocked: ValueId, to_blocked: bool, block: usize) -> Node {
     let (from, to) = if to_blocked {
         (plain, blocked)
     } else {
         (blocked, plain)
     };
-    let op = ReorderNchwc { to_blocked };
+    let op = ReorderNchwc { to_blocked, block };
     Node {
         name: format!("{}/{}", g.value(plain).name, op.name()),
         op: Arc::new(op),
@@ -274,14 +287,14 @@ fn reorder(g: &Graph, plain: ValueId, blocked: ValueId, to_blocked: bool) -> Nod
     }
 }
 
-/// A new blocked value for plain `v`.
-fn add_twin(g: &mut Graph, v: ValueId) -> ValueId {
+/// A new value for plain `v` blocked by `block` channels.
+fn add_twin(g: &mut Graph, v: ValueId, block: usize) -> ValueId {
     let i = g
         .value(v)
         .info
         .clone()
         .expect("blockable values have types");
-    let shape = blocked_shape(&i.shape).expect("blockable values have blockable shapes");
+    let shape = blocked_shape(&i.shape, block).expect("blockable values have blockable shapes");
     let name = format!("{}/nchwc", g.value(v).name);
     let t = g.add_value(name);
     g.value_mut(t).info = Some(TensorInfo::new(i.dtype, shape));
@@ -297,20 +310,21 @@ fn convert(
     node: &Node,
     y: ValueId,
     winograd: bool,
+    block: usize,
 ) -> Option<Node> {
-    blockable(g, y)?;
+    blockable(g, y, block)?;
     let op = node.op.as_any();
     let (new_op, inputs): (Arc<dyn Op>, Vec<Option<ValueId>>) =
         if let Some(conv) = op.downcast_ref::<Conv>() {
-            let blocked_input = conv_mode(g, node, conv, winograd)?;
+            let blocked_input = conv_mode(g, node, conv, winograd, block)?;
             let mut inputs = node.inputs.clone();
             if blocked_input {
                 let x = input(node, 0)?;
                 let xt = match twin.get(&x) {
                     Some(&t) => t,
                     None => {
-                        let t = add_twin(g, x);
-                        nodes.push(reorder(g, x, t, true));
+                        let t = add_twin(g, x, block);
+                        nodes.push(reorder(g, x, t, true, block));
                         twin.insert(x, t);
                         t
                     }
@@ -322,6 +336,7 @@ fn convert(
                 Arc::new(Nchwc {
                     inner,
                     blocked_input,
+                    block,
                 }),
                 inputs,
             )
@@ -332,6 +347,7 @@ fn convert(
             let op = Nchwc {
                 inner,
                 blocked_input: true,
+                block,
             };
             (Arc::new(op), inputs)
         } else if elementwise(node) {
@@ -348,7 +364,7 @@ fn convert(
                 *v = match twin.get(v) {
                     Some(&t) if broadcasts_per_channel(&vi.shape, &y_shape) => t,
                     Some(_) => return None,
-                    None => blocked_constant(g, *v, &y_shape)?,
+                    None => blocked_constant(g, *v, &y_shape, block)?,
                 };
             }
             (node.op.clone(), inputs)
@@ -365,7 +381,7 @@ fn convert(
         } else {
             return None;
         };
-    let yt = add_twin(g, y);
+    let yt = add_twin(g, y, block);
     twin.insert(y, yt);
     Some(Node {
         name: node.name.clone(),

@@ -51,15 +51,7 @@ mod table;
 pub mod winograd;
 
 #[cfg(test)]
-mod fast_tests;
-#[cfg(test)]
-mod prepacked_tests;
-#[cfg(test)]
-mod qtests;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod testutil;
 
 pub use backend::{CpuBackend, CpuContext, Precision};
 pub use gemm::Sgemm;

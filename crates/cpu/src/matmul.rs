@@ -375,7 +375,7 @@ pub(crate) fn register(r: &mut Registry) {
         "MatMul",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |_, r| {
             let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
             let k = MatMulKernel::new(r.cx.gemm(), a, b, constant(r.req, 1), r.req.packs);
@@ -387,7 +387,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Gemm",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |g, r| {
             let (a, b) = (f32_shape(r.req, 0)?, f32_shape(r.req, 1)?);
             let c = shape(r.req, 2);

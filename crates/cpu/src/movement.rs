@@ -19,7 +19,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Transpose",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |t, r| {
             let x = match r.req.inputs.first() {
                 Some(Some(x)) => x,
@@ -39,7 +39,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Concat",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| {
             needs(
                 concat(c, r.req),
@@ -53,7 +53,7 @@ pub(crate) fn register(r: &mut Registry) {
         10,
         // The sizes input (opset 13) is i64.
         DTypes::OutputsF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |s, r| {
             needs(
                 split(s, r.req),

@@ -24,7 +24,7 @@ pub(crate) fn register(r: &mut Registry) {
         "LayerNorm",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |l, r| {
             let k = layer_norm(l, r.req);
             needs(
@@ -38,7 +38,7 @@ pub(crate) fn register(r: &mut Registry) {
         "BatchNorm",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |b, r| needs(batch_norm(b, r.req), "inference form with [C] statistics"),
     );
     r.add::<BatchNorm>(
@@ -46,7 +46,7 @@ pub(crate) fn register(r: &mut Registry) {
         "BatchNorm",
         10,
         DTypes::AllF32,
-        Layout::Nchwc,
+        ferrolite_core::ops::layout::NCHWC,
         |b, r| {
             let x = f32_shape(r.req, 0)?;
             let c = plain_shape(x).map_err(|e| e.to_string())?[1];
@@ -198,16 +198,16 @@ impl Kernel for LayerNormKernel {
 pub(crate) struct BatchNormKernel {
     x: Vec<usize>,
     eps: f64,
-    /// Channels per element of axis 1: 1, or 8 for a blocked (NCHWc) input whose last axis
-    /// holds eight channels of a pixel.
+    /// Channels per element of axis 1: 1, or the block of a blocked (NCHWc) input whose last
+    /// axis holds that many channels of a pixel.
     lanes: usize,
 }
 
 impl BatchNormKernel {
-    /// BatchNormalization of a blocked `[N, C/8, H, W, 8]` input.
+    /// BatchNormalization of a blocked `[N, C/b, H, W, b]` input, for any block `b`.
     pub(crate) fn blocked(b: &BatchNorm, x: &[usize]) -> Option<Self> {
-        let lanes = ferrolite_core::ops::layout::BLOCK;
-        (x.len() == 5 && x[4] == lanes).then(|| BatchNormKernel {
+        let lanes = *x.get(4)?;
+        (x.len() == 5 && lanes > 0).then(|| BatchNormKernel {
             x: x.to_vec(),
             eps: b.epsilon,
             lanes,

@@ -422,7 +422,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QGemm",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |g, r| QMatMulKernel::qgemm(r.cx.isa, g, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
     r.add::<QLinearMatMul>(
@@ -430,7 +430,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearMatMul",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |_, r| {
             QMatMulKernel::new(
                 r.cx.isa,
@@ -447,7 +447,7 @@ pub(crate) fn register(r: &mut Registry) {
         "MatMulIntegerToFloat",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |_, r| QMatMulKernel::to_float(r.cx.isa, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
     r.add::<MatMulInteger>(
@@ -455,7 +455,7 @@ pub(crate) fn register(r: &mut Registry) {
         "MatMulInteger",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |_, r| {
             QMatMulKernel::new(r.cx.isa, r.req, (0, 2, 1, 3), None, "cpu.matmul_integer")
                 .map(|k| Box::new(k) as Box<dyn Kernel>)

@@ -87,7 +87,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Reduce",
         10,
         DTypes::OutputsF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |op, r| {
             let fold = Fold::of(op.kind)?;
             let k = reduce(op, fold, r.req, f32_shape(r.req, 0)?);

@@ -20,7 +20,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Resize",
         10,
         DTypes::OutputsF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |op, r| {
             let k = resize(op, r.req, f32_shape(r.req, 0)?).map(|k| Box::new(k) as Box<dyn Kernel>);
             needs(k, "a 4-D input, constant scales or sizes, N and C kept")
@@ -31,7 +31,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Resize",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |op, r| {
             let x = match r.req.inputs.first() {
                 Some(Some(x)) if matches!(x.dtype, DType::U8 | DType::I8) => x.shape,

@@ -1,7 +1,7 @@
 //! ferrolite's optimized format (`ferrolite opt`, docs/format.md): every zoo case, Paddle form
 //! and int8 case gives bit-identical outputs from its optimized file, loaded through a memory
-//! map; damaged or hostile files give typed errors; the committed file of format version 1
-//! keeps loading.
+//! map; damaged or hostile files give typed errors; the committed files of each format version
+//! load or are refused by their version.
 
 use ferrolite::core::format::{self, HEADER_LEN};
 use ferrolite::onnx::model::read_tensor_file;
@@ -223,10 +223,14 @@ fn damaged_and_hostile_files_give_typed_errors() {
     flipped[graph_at + graph_len / 2] ^= 0x10;
     assert!(load_err(&flipped).contains("checksum"));
     // A newer version.
+    let next = format::FORMAT_VERSION + 1;
     let mut newer = good.clone();
-    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+    newer[8..12].copy_from_slice(&next.to_le_bytes());
     let e = load_err(&newer);
-    assert!(e.contains("format version 2 is not supported"), "{e}");
+    assert!(
+        e.contains(&format!("format version {next} is not supported")),
+        "{e}"
+    );
     // Sections pointing outside the file, or a misaligned data section.
     let mut outside = good.clone();
     outside[72..80].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -250,27 +254,38 @@ fn damaged_and_hostile_files_give_typed_errors() {
     }
 }
 
-/// `tests/optimized/ppocr_cls-v1.flm`: ppocr_cls optimized for the portable kernels by format
-/// version 1 (`scripts/make-optimized-fixture`). A later format must read it or refuse it with
-/// the version error.
+/// `tests/optimized/ppocr_cls-vN.flm`: ppocr_cls optimized for the portable kernels by each
+/// format version N (`scripts/make-optimized-fixture`). The current version's must load and
+/// match the source; an older one must be read or refused with the version error.
 #[test]
-fn the_committed_version_1_file_keeps_loading() {
-    let path = repo().join("tests/optimized/ppocr_cls-v1.flm");
-    let file = Session::from_path(&path, options());
-    let bytes = std::fs::read(&path).unwrap();
-    let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-    if version != format::FORMAT_VERSION {
-        let Err(e) = file else {
-            panic!("a file of another version must be refused")
-        };
-        let e = e.to_string();
-        assert!(
-            e.contains(&format!("format version {version} is not supported")),
-            "{e}"
+fn the_committed_files_of_every_version_load_or_are_refused_by_version() {
+    let mut current = false;
+    for version in 1..=format::FORMAT_VERSION {
+        let path = repo().join(format!("tests/optimized/ppocr_cls-v{version}.flm"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
+            version
         );
-        return;
+        let file = Session::from_path(&path, options());
+        if version != format::FORMAT_VERSION {
+            let Err(e) = file else {
+                panic!("a file of version {version} must be refused")
+            };
+            let e = e.to_string();
+            assert!(
+                e.contains(&format!("format version {version} is not supported")),
+                "{e}"
+            );
+            continue;
+        }
+        current_version_matches_its_source(file.unwrap());
+        current = true;
     }
-    let file = file.unwrap();
+    assert!(current, "no file of the current version");
+}
+
+fn current_version_matches_its_source(file: Session) {
     let (source, _) = small_optimized();
     let x = Tensor::from_vec(
         &[1, 3, 48, 192],

@@ -89,9 +89,9 @@ def test_bytes_and_pathlike():
 
 
 def test_optimized_model_from_path_and_bytes():
-    # tests/optimized/ppocr_cls-v1.flm: the demo model written by `ferrolite opt` for the
+    # tests/optimized/ppocr_cls-v2.flm: the demo model written by `ferrolite opt` for the
     # portable kernels and input shape 1x3x48x192.
-    flm = ROOT / "tests" / "optimized" / "ppocr_cls-v1.flm"
+    flm = ROOT / "tests" / "optimized" / "ppocr_cls-v2.flm"
     x = np.random.default_rng(5).standard_normal((1, 3, 48, 192)).astype(np.float32)
     want = ferrolite.Session(DEMO, isa="portable").run(None, {"x": x})[0]
     for source in (flm, flm.read_bytes()):

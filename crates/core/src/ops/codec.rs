@@ -107,13 +107,7 @@ macro_rules! ops {
         /// tailored build must hold to run it.
         pub fn tags_of(op: &dyn Op) -> Vec<&'static str> {
             let any = op.as_any();
-            let inner = if let Some(w) = any.downcast_ref::<crate::ops::layout::Nchwc>() {
-                tags_of(w.inner.as_ref())
-            } else if let Some(w) = any.downcast_ref::<crate::ops::layout::Nhwc>() {
-                tags_of(w.inner.as_ref())
-            } else {
-                Vec::new()
-            };
+            let inner = op.wrapped().map(|(_, inner)| tags_of(inner)).unwrap_or_default();
             let own = $(
                 if any.is::<$ty>() {
                     Some(stringify!($tag))
@@ -324,6 +318,7 @@ mod tests {
         let w = Nchwc {
             inner: Arc::new(conv.clone()),
             blocked_input: false,
+            block: 8,
         };
         assert_eq!(tags_of(&conv), ["Conv"]);
         assert_eq!(tags_of(&w), ["Nchwc", "Conv"]);

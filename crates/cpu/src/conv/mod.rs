@@ -348,7 +348,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Conv",
         30,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| {
             let (x, w, s) = conv_shapes(c, r)?;
             let k = crate::depthwise::DepthwiseKernel::new(
@@ -367,7 +367,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Conv",
         20,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| {
             let (x, _, s) = conv_shapes(c, r)?;
             let tile = crate::winograd::tile_for(&s)
@@ -390,7 +390,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Conv",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| {
             let (x, w, s) = conv_shapes(c, r)?;
             let k = ConvKernel::new(

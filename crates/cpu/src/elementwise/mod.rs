@@ -49,7 +49,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Binary",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         binary,
     );
     r.add::<Variadic>(
@@ -57,7 +57,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Variadic",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         variadic,
     );
     r.add::<Unary>(
@@ -65,7 +65,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Unary",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |u, r| {
             let work = unary_work(u.kind)?;
             let shape = f32_shape(r.req, 0)?.to_vec();
@@ -82,7 +82,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Clip",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| {
             let shape = f32_shape(r.req, 0)?.to_vec();
             Ok(Box::new(ClipKernel {

@@ -2,6 +2,7 @@ use super::{Kernels, B};
 use std::arch::x86_64::*;
 
 pub(crate) const KERNELS: Kernels = Kernels {
+    block: B,
     reorder_block: reorder,
     activate_row: activate_avx2,
     winograd: false,
@@ -9,7 +10,8 @@ pub(crate) const KERNELS: Kernels = Kernels {
     depthwise: super::depthwise::avx2::KERNELS,
 };
 
-/// With the 16-channel tiles and the blocked Winograd kernels.
+/// With the 16-channel tiles and the blocked Winograd kernels; still blocked by [`B`] (the
+/// tiles cover two blocks).
 pub(crate) const KERNELS_AVX512: Kernels = Kernels {
     winograd: true,
     conv: super::conv::AVX512,

@@ -16,16 +16,23 @@ use crate::kernel_io::{f32_shape, input, output};
 use crate::sgemm::{activate, EpilogueAct, Isa};
 use crate::split;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
-use ferrolite_core::ops::layout::{plain_shape, ReorderNchwc, BLOCK};
+use ferrolite_core::ops::layout::{plain_shape, Nchwc, ReorderNchwc};
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::plan::Kernel;
 use ferrolite_core::registry::{DTypes, Layout};
 use ferrolite_core::{OpResult, Tensor};
 
-const B: usize = BLOCK;
+/// The block every blocked kernel here is written for: eight f32 channels, one AVX2 or two NEON
+/// registers. AVX-512 tables keep it and cover sixteen channels as two blocks with their wide
+/// tiles (`conv.wide`); a block of sixteen would need tiles of its own, measured against these
+/// on an AVX-512 host (docs/adding-a-kernel.md).
+pub(crate) const B: usize = 8;
 
 /// The blocked kernels' part of an ISA's microkernel table ([`crate::table`]).
 pub(crate) struct Kernels {
+    /// The channel block the layout pass blocks tensors by under this ISA ([`B`] everywhere
+    /// today): the CPU's layout policy, per ISA, not the graph's.
+    pub(crate) block: usize,
     /// [`reorder_block`]'s whole runs of eight pixels; returns how many pixels it did:
     /// (to_blocked, src, dst, hw).
     pub(crate) reorder_block: fn(bool, &[f32], &mut [f32], usize) -> usize,
@@ -42,6 +49,7 @@ pub(crate) struct Kernels {
 
 /// Plain Rust.
 pub(crate) const PORTABLE: Kernels = Kernels {
+    block: B,
     reorder_block: |_, _, _, _| 0,
     activate_row: activate,
     winograd: false,
@@ -185,7 +193,7 @@ pub(crate) fn register(r: &mut Registry) {
         "ReorderNchwc",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |op, r| {
             let x = f32_shape(r.req, 0)?;
             let plain = if op.to_blocked {
@@ -193,6 +201,9 @@ pub(crate) fn register(r: &mut Registry) {
             } else {
                 plain_shape(x).map_err(|e| e.to_string())?
             };
+            if op.block != B || (!op.to_blocked && x.last() != Some(&B)) {
+                return Err(format!("blocks by {B} channels, not {}", op.block));
+            }
             let k = ReorderKernel::new(r.cx.isa, op, x, &plain);
             boxed(k, "a 4-D tensor with channels a multiple of 8")
         },
@@ -202,15 +213,29 @@ pub(crate) fn register(r: &mut Registry) {
         "Conv",
         10,
         DTypes::AllF32,
-        Layout::Nchwc,
+        ferrolite_core::ops::layout::NCHWC,
         blocked_conv,
     );
+}
+
+/// The [`Nchwc`] wrapper a blocked kernel's builder runs under, when it blocks by the [`B`]
+/// channels the kernels are written for (a tensor blocked otherwise, from a file optimized
+/// elsewhere, runs on the reference implementation).
+pub(crate) fn wrapper<'r>(r: &Req<'r, '_>) -> Result<&'r Nchwc, String> {
+    let w = r
+        .wrapper
+        .and_then(|w| w.as_any().downcast_ref::<Nchwc>())
+        .ok_or("runs only inside an Nchwc wrapper")?;
+    if w.block != B {
+        return Err(format!("blocks by {B} channels, not {}", w.block));
+    }
+    Ok(w)
 }
 
 /// A Conv on blocked tensors: depthwise over whole blocks, or ordinary.
 fn blocked_conv(c: &Conv, r: &Req) -> Built {
     let (req, isa) = (r.req, r.cx.isa);
-    let blocked_input = r.nchwc.is_some_and(|w| w.blocked_input);
+    let blocked_input = wrapper(r)?.blocked_input;
     let x = f32_shape(req, 0)?;
     let x_plain = if blocked_input {
         plain_shape(x).map_err(|e| e.to_string())?

@@ -1,8 +1,8 @@
 //! The blocked (NCHWc) kernels against the reference over many shapes: convolutions
 //! (ordinary, depthwise, plain input), pooling and the reorders.
 
-use crate::tests::{check, check_each, pool, Lcg};
-use crate::testutil::acts;
+use crate::tests::acts;
+use crate::tests::{check, check_each, thread_pool, Lcg};
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::layout::{Nchwc, ReorderNchwc};
 use ferrolite_core::ops::linalg::conv::Conv;
@@ -19,7 +19,10 @@ fn below(rng: &mut Lcg, n: usize) -> usize {
 }
 
 fn blocked(x: &Tensor) -> Tensor {
-    let op = ReorderNchwc { to_blocked: true };
+    let op = ReorderNchwc {
+        to_blocked: true,
+        block: crate::nchwc::B,
+    };
     op.eval(&[Some(x)]).unwrap().remove(0)
 }
 
@@ -54,6 +57,7 @@ fn check_conv(
     let op: Arc<dyn Op> = Arc::new(Nchwc {
         inner: Arc::new(conv),
         blocked_input,
+        block: crate::nchwc::B,
     });
     let xt = rng.tensor(&x);
     let xt = if blocked_input { blocked(&xt) } else { xt };
@@ -68,7 +72,7 @@ fn blocked_convs_match_reference() {
     let mut rng = Lcg(17);
     let mut names = Vec::new();
     for threads in [1, 3] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             // Every tile width (1..=8 pixels and rows split over tiles), every block count,
             // plain inputs, strides, dilations, uneven pads, batches, chunked channels.
             for (i, &(c, m, hw, k, s, d)) in [
@@ -127,7 +131,7 @@ fn blocked_winograd_convs_match_reference() {
     let mut rng = Lcg(29);
     let mut names = Vec::new();
     for threads in [1, 3] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (i, &(c, m, h, w, pads)) in [
                 (64, 8, 24, 25, [1, 1, 1, 1]),
                 (72, 24, 30, 27, [1, 0, 1, 2]),
@@ -182,6 +186,7 @@ fn check_conv_each(
     let op: Arc<dyn Op> = Arc::new(Nchwc {
         inner: Arc::new(conv),
         blocked_input: true,
+        block: crate::nchwc::B,
     });
     let xt = blocked(&rng.tensor(&x));
     let bias = (rng.next() > -0.5).then(|| rng.tensor(&[m]));
@@ -195,7 +200,7 @@ fn blocked_depthwise_convs_match_reference() {
     let mut rng = Lcg(23);
     let mut names = Vec::new();
     for threads in [1, 2] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for i in 0..24 {
                 let c = 8 * (1 + below(&mut rng, 3));
                 let (h, w) = (1 + below(&mut rng, 40), 1 + below(&mut rng, 20));
@@ -264,6 +269,7 @@ fn blocked_pools_match_reference() {
             let op = Nchwc {
                 inner: Arc::new(p),
                 blocked_input: true,
+                block: crate::nchwc::B,
             };
             let name = check(Arc::new(op), &[Some(xt.clone())], &[]);
             assert!(name.starts_with("cpu.nchwc."), "{name}");
@@ -275,6 +281,7 @@ fn blocked_pools_match_reference() {
             let op = Nchwc {
                 inner: Arc::new(GlobalPool { kind, p: 2.0 }),
                 blocked_input: true,
+                block: crate::nchwc::B,
             };
             let name = check(Arc::new(op), &[Some(xt.clone())], &[]);
             assert_eq!(name, "cpu.nchwc.globalpool");
@@ -288,12 +295,18 @@ fn reorders_match_reference() {
     for x in [[1, 8, 1, 1], [2, 16, 3, 5], [1, 24, 9, 9], [1, 8, 4, 2]] {
         let xt = rng.tensor(&x);
         let to = check(
-            Arc::new(ReorderNchwc { to_blocked: true }),
+            Arc::new(ReorderNchwc {
+                to_blocked: true,
+                block: crate::nchwc::B,
+            }),
             &[Some(xt.clone())],
             &[],
         );
         let from = check(
-            Arc::new(ReorderNchwc { to_blocked: false }),
+            Arc::new(ReorderNchwc {
+                to_blocked: false,
+                block: crate::nchwc::B,
+            }),
             &[Some(blocked(&xt))],
             &[],
         );
@@ -321,8 +334,86 @@ fn blocked_batchnorm_matches_reference() {
         let op = Nchwc {
             inner: Arc::new(BatchNorm { epsilon: 1e-3 }),
             blocked_input: true,
+            block: crate::nchwc::B,
         };
         let name = check(Arc::new(op), &ins, &[false, true, true, true, true]);
         assert_eq!(name, "cpu.nchwc.batchnorm");
+    }
+}
+
+/// Tensors blocked by other than the [`crate::nchwc::B`] channels the kernels are written for
+/// (a file optimized where the table chose another block) are not taken by the blocked
+/// kernels: each says why, and the plan falls back to the reference, which takes any block.
+#[test]
+fn blocked_kernels_refuse_another_block_and_say_so() {
+    let mut rng = Lcg(41);
+    let x = rng.tensor(&[1, 16, 5, 5]);
+    let w = rng.tensor(&[16, 16, 3, 3]);
+    let other = 2 * crate::nchwc::B;
+    let xb = ReorderNchwc {
+        to_blocked: true,
+        block: other,
+    }
+    .eval(&[Some(&x)])
+    .unwrap()
+    .remove(0);
+    let wrap = |inner: Arc<dyn Op>| -> Arc<dyn Op> {
+        Arc::new(Nchwc {
+            inner,
+            blocked_input: true,
+            block: other,
+        })
+    };
+    type Case = (Arc<dyn Op>, Vec<Option<Tensor>>);
+    let cases: [Case; 5] = [
+        (
+            wrap(Arc::new(Conv::default())),
+            vec![Some(xb.clone()), Some(w)],
+        ),
+        (
+            wrap(Arc::new(Pool {
+                kind: PoolKind::Max,
+                kernel_shape: vec![3, 3],
+                ..Default::default()
+            })),
+            vec![Some(xb.clone())],
+        ),
+        (
+            wrap(Arc::new(GlobalPool {
+                kind: PoolKind::Average,
+                p: 2.0,
+            })),
+            vec![Some(xb.clone())],
+        ),
+        (
+            Arc::new(ReorderNchwc {
+                to_blocked: true,
+                block: other,
+            }),
+            vec![Some(x)],
+        ),
+        (
+            Arc::new(ReorderNchwc {
+                to_blocked: false,
+                block: other,
+            }),
+            vec![Some(xb)],
+        ),
+    ];
+    for isa in crate::tests::tested_isas() {
+        for (op, ins) in &cases {
+            let backend = crate::CpuBackend::new(isa);
+            let (selection, _, _) = crate::tests::selection_for(&backend, op, ins, &[false, true]);
+            assert!(selection.kernel.is_none(), "{isa:?} {op:?}");
+            let why = format!("blocks by {} channels, not {other}", crate::nchwc::B);
+            assert!(
+                selection
+                    .considered
+                    .iter()
+                    .any(|c| c.to_string().contains(&why)),
+                "{isa:?} {op:?}: {:?}",
+                selection.considered
+            );
+        }
     }
 }

@@ -50,13 +50,13 @@ pub(crate) const PORTABLE: Kernels = Kernels {
 };
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add::<Pool>("cpu.pool", "Pool", 10, DTypes::AllF32, Layout::Plain, pool);
+    r.add::<Pool>("cpu.pool", "Pool", 10, DTypes::AllF32, Layout::PLAIN, pool);
     r.add::<GlobalPool>(
         "cpu.global_pool",
         "GlobalPool",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         global_pool,
     );
     r.add::<Pool>(
@@ -64,8 +64,9 @@ pub(crate) fn register(r: &mut Registry) {
         "Pool",
         10,
         DTypes::AllF32,
-        Layout::Nchwc,
+        ferrolite_core::ops::layout::NCHWC,
         |p, r| {
+            crate::nchwc::wrapper(r)?;
             let k = BlockedPoolKernel::new(r.cx.isa, p, f32_shape(r.req, 0)?);
             boxed(k, "2-D max or average pooling without indices")
         },
@@ -75,8 +76,9 @@ pub(crate) fn register(r: &mut Registry) {
         "GlobalPool",
         10,
         DTypes::AllF32,
-        Layout::Nchwc,
+        ferrolite_core::ops::layout::NCHWC,
         |p, r| {
+            crate::nchwc::wrapper(r)?;
             let k = BlockedGlobalPoolKernel::new(p, f32_shape(r.req, 0)?);
             boxed(k, "max or average pooling")
         },
@@ -469,11 +471,14 @@ pub(crate) struct BlockedPoolKernel {
 }
 
 /// Channels per block of the blocked layout.
-const LANES: usize = ferrolite_core::ops::layout::BLOCK;
+const LANES: usize = crate::nchwc::B;
 
 impl BlockedPoolKernel {
     /// `x` is the blocked input shape.
     pub(crate) fn new(isa: Isa, p: &Pool, x: &[usize]) -> Option<Self> {
+        if x.last() != Some(&LANES) {
+            return None;
+        }
         let plain = ferrolite_core::ops::layout::plain_shape(x).ok()?;
         let avg = averages(p)?;
         let [gh, gw] = <[AxisGeometry; 2]>::try_from(p.geometry(&plain).ok()?).ok()?;
@@ -572,7 +577,7 @@ pub(crate) struct BlockedGlobalPoolKernel {
 impl BlockedGlobalPoolKernel {
     pub(crate) fn new(p: &GlobalPool, x: &[usize]) -> Option<Self> {
         ferrolite_core::ops::layout::plain_shape(x).ok()?;
-        (p.kind != PoolKind::Lp).then(|| BlockedGlobalPoolKernel {
+        (p.kind != PoolKind::Lp && x.last() == Some(&LANES)).then(|| BlockedGlobalPoolKernel {
             x: x.to_vec(),
             avg: p.kind == PoolKind::Average,
         })

@@ -706,7 +706,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearConv",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| QConvKernel::new(r.cx.isa, c, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
 }

@@ -24,7 +24,7 @@ use ferrolite_core::ops::layout::FROM_NHWC;
 use ferrolite_core::ops::linalg::conv::ConvShapes;
 use ferrolite_core::ops::quant::QLinearConv;
 use ferrolite_core::plan::Kernel;
-use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::registry::DTypes;
 use ferrolite_core::scratch::{Scratch, ScratchNeed};
 use ferrolite_core::{op_ensure, DType, OpError, OpResult, Tensor};
 
@@ -948,7 +948,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearConv",
         10,
         DTypes::Any,
-        Layout::Nhwc,
+        ferrolite_core::ops::layout::NHWC,
         |c, r| QConvNhwcKernel::new(r.cx.isa, c, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
 }

@@ -357,7 +357,7 @@ pub(crate) fn register(r: &mut Registry) {
         "DynamicQuantizeLinear",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |_, r| {
             let x = r
                 .req
@@ -376,7 +376,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QuantizeLinear",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |q, r| {
             let x = r
                 .req
@@ -409,7 +409,7 @@ pub(crate) fn register(r: &mut Registry) {
         "DequantizeLinear",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |d, r| {
             let x = r
                 .req
@@ -436,7 +436,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Pool",
         5,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |p, r| {
             let x = r
                 .req

@@ -1046,7 +1046,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearLookup",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |o, r| {
             unary_table(o, r.req, r.cx.isa, "cpu.qlookup").map(|k| Box::new(k) as Box<dyn Kernel>)
         },
@@ -1056,7 +1056,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearChannelLookup",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |o, r| channel_tables(o, r.req, r.cx.isa).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
     r.add::<QLinearSigmoid>(
@@ -1064,7 +1064,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearSigmoid",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |o, r| {
             unary_table(o, r.req, r.cx.isa, "cpu.qsigmoid").map(|k| Box::new(k) as Box<dyn Kernel>)
         },
@@ -1074,7 +1074,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearLeakyRelu",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |o, r| {
             unary_table(o, r.req, r.cx.isa, "cpu.qleaky_relu")
                 .map(|k| Box::new(k) as Box<dyn Kernel>)
@@ -1085,7 +1085,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearAdd",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |o, r| match qadd_kernel(r.req, r.cx.isa) {
             Ok(k) => Ok(Box::new(k) as Box<dyn Kernel>),
             Err(_) => {
@@ -1098,7 +1098,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearMul",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |o, r| match qmul_kernel(r.req, r.cx.isa) {
             Ok(k) => Ok(Box::new(k) as Box<dyn Kernel>),
             Err(_) => {
@@ -1111,7 +1111,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QdqBinary",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |o, r| qdq_binary_kernel(o, r.req, r.cx.isa).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
     r.add::<QLinearConcat>(
@@ -1119,7 +1119,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearConcat",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |c, r| concat_tables(c, r.req).map(|k| Box::new(k) as Box<dyn Kernel>),
     );
     r.add::<QLinearGlobalAveragePool>(
@@ -1127,7 +1127,7 @@ pub(crate) fn register(r: &mut Registry) {
         "QLinearGlobalAveragePool",
         10,
         DTypes::Any,
-        Layout::Plain,
+        Layout::PLAIN,
         |p, r| {
             let d = eight_bit(r.req, 0)?;
             let x = r.req.inputs[0].as_ref().ok_or("needs an input")?;

@@ -11,7 +11,7 @@ use ferrolite_core::ops::layout::FROM_NHWC;
 use ferrolite_core::ops::nn::geometry::AxisGeometry;
 use ferrolite_core::ops::nn::pool::{Pool, PoolKind};
 use ferrolite_core::plan::Kernel;
-use ferrolite_core::registry::{DTypes, Layout};
+use ferrolite_core::registry::DTypes;
 use ferrolite_core::{op_ensure, OpError, OpResult, Tensor};
 
 #[cfg(target_arch = "x86_64")]
@@ -156,7 +156,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Pool",
         5,
         DTypes::Any,
-        Layout::Nhwc,
+        ferrolite_core::ops::layout::NHWC,
         |p, r| {
             let x = r
                 .req

@@ -25,7 +25,7 @@ pub(crate) fn register(r: &mut Registry) {
         "Softmax",
         10,
         DTypes::AllF32,
-        Layout::Plain,
+        Layout::PLAIN,
         |s, r| {
             let k = softmax(r.cx.isa, s, f32_shape(r.req, 0)?);
             needs(k, "Softmax or LogSoftmax over a valid axis")

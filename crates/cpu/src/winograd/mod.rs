@@ -952,7 +952,7 @@ mod tests {
             .num_threads(2)
             .build()
             .unwrap();
-        let variants = crate::Isa::available()
+        let variants = crate::tests::tested_isas()
             .into_iter()
             .flat_map(|isa| [WinogradTile::F2, WinogradTile::F4].map(|tile| (Sgemm { isa }, tile)));
         for (gemm, tile) in variants {
@@ -1044,13 +1044,13 @@ mod tests {
         let x = Tensor::from_vec(&[1, 128, 28, 28], values(128 * 28 * 28, 1)).unwrap();
         let w = Tensor::from_vec(&[128, 128, 3, 3], values(128 * 128 * 9, 2)).unwrap();
         let ins = [Some(x), Some(w)];
-        for isa in crate::Isa::available() {
+        for isa in crate::tests::tested_isas() {
             for (precision, want) in [
                 (Precision::Fast, "cpu.conv.winograd4"),
                 (Precision::Accurate, "cpu.conv.winograd2"),
             ] {
                 let backend = CpuBackend::new(isa).with_precision(precision);
-                let (k, _) = crate::testutil::kernel_for(&backend, &op, &ins, &[false, true]);
+                let (k, _) = crate::tests::kernel_for(&backend, &op, &ins, &[false, true]);
                 assert_eq!(k.name(), want, "{isa} {precision}");
             }
         }

@@ -159,7 +159,7 @@ pub(crate) fn add<O: Op + Tagged + 'static>(
     op: &'static str,
     build: Build<O, Limits, Lowered>,
 ) {
-    reg.add::<O>(name, op, 0, DTypes::Any, Layout::Plain, build);
+    reg.add::<O>(name, op, 0, DTypes::Any, Layout::PLAIN, build);
 }
 
 /// Every GPU kernel, registered once by the family modules.

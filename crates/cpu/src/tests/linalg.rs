@@ -1,7 +1,8 @@
-//! Every optimised kernel against the core reference over many shapes.
+//! The linear-algebra kernels against the core reference over many shapes: convolutions
+//! (direct, depthwise, Winograd, transposed), MatMul and Gemm.
 
-use crate::testutil::{acts, kernel_for};
-use crate::{CpuBackend, Isa};
+use super::{acts, check, thread_pool, Lcg};
+use crate::CpuBackend;
 use ferrolite_core::ops::elementwise::unary::UnaryKind;
 use ferrolite_core::ops::linalg::conv::Conv;
 use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
@@ -9,89 +10,6 @@ use ferrolite_core::ops::linalg::gemm::Gemm;
 use ferrolite_core::ops::linalg::matmul::MatMul;
 use ferrolite_core::{DType, Op, Tensor};
 use std::sync::Arc;
-
-/// A seeded linear congruential generator: values in [-1, 1).
-pub(crate) struct Lcg(pub(crate) u64);
-
-impl Lcg {
-    pub(crate) fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    pub(crate) fn tensor(&mut self, shape: &[usize]) -> Tensor {
-        let n = shape.iter().product();
-        Tensor::from_vec(shape, (0..n).map(|_| self.next()).collect()).unwrap()
-    }
-}
-
-/// Runs `op` through the CPU backend under every ISA this CPU has (constants where
-/// `constant[i]`) and the reference; returns the kernel name, which must not depend on the
-/// ISA. Panics when no kernel is offered or the results differ.
-pub(crate) fn check(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool]) -> String {
-    let names: Vec<String> = check_each(op, inputs, constant)
-        .into_iter()
-        .map(|(_, name)| name)
-        .collect();
-    assert!(names.iter().all(|n| *n == names[0]), "{names:?}");
-    names[0].clone()
-}
-
-/// As [`check`], for kernels chosen per ISA: the kernel name under each ISA.
-pub(crate) fn check_each(
-    op: Arc<dyn Op>,
-    inputs: &[Option<Tensor>],
-    constant: &[bool],
-) -> Vec<(Isa, String)> {
-    Isa::available()
-        .into_iter()
-        .map(|isa| {
-            let name = check_with(CpuBackend::new(isa), op.clone(), inputs, constant);
-            (isa, name)
-        })
-        .collect()
-}
-
-fn check_with(
-    provider: CpuBackend,
-    op: Arc<dyn Op>,
-    inputs: &[Option<Tensor>],
-    constant: &[bool],
-) -> String {
-    let (kernel, outputs) = kernel_for(&provider, &op, inputs, constant);
-    let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
-    let expected = op.eval(&refs).unwrap().remove(0);
-    // Stale NaNs in the output buffer must not leak into the result.
-    let mut outs = vec![Tensor::full(DType::F32, &outputs[0].shape, f64::NAN).unwrap()];
-    kernel.run_alone(&refs, &mut outs).unwrap();
-    assert_eq!(outs[0].shape(), expected.shape(), "{op:?}");
-    let (got, want) = (
-        outs[0].as_slice::<f32>().unwrap(),
-        expected.as_slice::<f32>().unwrap(),
-    );
-    let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-4 * scale,
-            "{op:?} {:?}: element {i}: got {g}, want {w}",
-            inputs
-                .iter()
-                .map(|t| t.as_ref().map(|t| t.shape().to_vec()))
-                .collect::<Vec<_>>()
-        );
-    }
-    kernel.name().to_string()
-}
-
-pub(crate) fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap()
-}
 
 struct ConvCase {
     x: &'static [usize],
@@ -369,7 +287,7 @@ fn conv_matches_reference() {
     let mut rng = Lcg(42);
     let mut names = Vec::new();
     for threads in [1, 3] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for c in conv_cases() {
                 let m = c.w[0];
                 let ins = vec![
@@ -394,7 +312,7 @@ fn conv_activations_match_reference() {
     let mut rng = Lcg(5);
     let acts = acts();
     for threads in [1, 2] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (i, c) in conv_cases().iter().enumerate() {
                 let act = acts[i % acts.len()];
                 let act = if act.is_none() {
@@ -422,7 +340,7 @@ fn depthwise_small_planes_match_reference() {
     let mut names = Vec::new();
     let mut i = 0usize;
     for threads in [1, 2] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for c in [1usize, 7, 8, 9, 20] {
                 for h in [1usize, 2, 4, 7, 8, 9, 14, 15] {
                     for (kh, kw) in [(3usize, 3usize), (5, 5), (3, 5)] {
@@ -494,7 +412,7 @@ fn matmul_matches_reference() {
         (&[1, 7, 600], &[600, 2100]),
     ];
     for threads in [1, 4] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (a, b) in cases {
                 let ins = vec![Some(rng.tensor(a)), Some(rng.tensor(b))];
                 check(Arc::new(MatMul), &ins, &[false, true]);
@@ -519,7 +437,7 @@ fn gemm_matches_reference() {
         Some(&[1, n]),
     ];
     for threads in [1, 3] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 for c in c_shapes {
                     for (alpha, beta) in [(1.0, 1.0), (0.5, -2.0), (1.5, 0.0)] {
@@ -693,7 +611,7 @@ fn conv_transpose_matches_reference() {
         ),
     ];
     for threads in [1, 3] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (i, &(x, w, group, strides, pads, dil, opad)) in cases.iter().enumerate() {
                 let op = ConvTranspose {
                     params: ConvParams {

@@ -1,8 +1,8 @@
 //! The elementwise, pooling, softmax, reduction, normalisation and movement kernels against
 //! the core reference implementations over many shapes.
 
-use crate::testutil::kernel_for;
-use crate::{CpuBackend, Isa};
+use super::kernel_for;
+use crate::CpuBackend;
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::clip::Clip;
 use ferrolite_core::ops::elementwise::unary::{Unary, UnaryKind};
@@ -39,7 +39,7 @@ impl Lcg {
 /// single-threaded and on four threads; panics when no fast kernel is offered or the results
 /// differ by more than `tol` relative to the largest magnitude.
 fn check_tol(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[bool], tol: f32) {
-    for isa in Isa::available() {
+    for isa in crate::tests::tested_isas() {
         check_isa(CpuBackend::new(isa), op.clone(), inputs, constant, tol);
     }
 }

@@ -1,8 +1,8 @@
 //! The integer kernels against the core reference (the float simulation of the ONNX
 //! definitions) over many shapes, scales and zero points, with the extremes of each type.
 
-use crate::tests::pool;
-use crate::testutil::kernel_for;
+use super::kernel_for;
+use super::thread_pool;
 use crate::{CpuBackend, Isa};
 use ferrolite_core::ops::linalg::conv_geometry::{AutoPad, ConvParams};
 use ferrolite_core::ops::quant::QLinearConv;
@@ -58,7 +58,7 @@ fn check_q_every_isa(op: Arc<dyn Op>, inputs: &[Option<Tensor>], constant: &[boo
     let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let want = op.eval(&refs).unwrap().remove(0);
     let mut names = Vec::new();
-    for isa in Isa::available() {
+    for isa in crate::tests::tested_isas() {
         let (kernel, outputs) = kernel_for(&CpuBackend::new(isa), &op, inputs, constant);
         let mut outs = vec![Tensor::full(outputs[0].dtype, &outputs[0].shape, 7.0).unwrap()];
         kernel.run_alone(&refs, &mut outs).unwrap();
@@ -299,7 +299,7 @@ fn qlinear_conv_matches_reference() {
     let mut rng = Rng(3);
     let mut names = Vec::new();
     for threads in [1, 3] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (ci, c) in cases().iter().enumerate() {
                 for dtypes in CONV_DTYPES {
                     let ins = conv_inputs(&mut rng, ci, c, dtypes);
@@ -332,7 +332,7 @@ fn qlinear_conv_in_blocks_matches_reference() {
         case(&[1, 32, 180, 190], &[5, 32, 1, 1]),
     ];
     for threads in [1, 2] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (ci, c) in big.iter().enumerate() {
                 for dtypes in CONV_DTYPES {
                     let ins = conv_inputs(&mut rng, ci, c, dtypes);
@@ -387,7 +387,7 @@ fn qlinear_conv_channels_last_deep_and_streamed() {
         (&narrow, 1),
     ];
     for threads in [1, 2] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for &(c, ci) in &runs {
                 let ins = conv_inputs(&mut rng, ci, c, CONV_DTYPES[ci % 3]);
                 let (wrapped, ins) = channels_last(c, ins);
@@ -411,7 +411,7 @@ fn qlinear_conv_channels_last_matches_reference() {
     let mut rng = Rng(5);
     let mut names = Vec::new();
     for threads in [1, 3] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (ci, c) in cases().iter().enumerate() {
                 let depthwise = c.group > 1 && c.group == c.x[1] && c.group == c.w[0];
                 if c.group > 1 && !depthwise {
@@ -436,7 +436,7 @@ fn qlinear_matmul_and_matmul_integer_match_reference() {
     let mut rng = Rng(9);
     let mut names = Vec::new();
     for threads in [1, 2] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             let shapes: [(&[usize], usize); 6] = [
                 (&[1, 1], 1),
                 (&[3, 7], 5),
@@ -524,7 +524,7 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
     let mut rng = Rng(17);
     let mut names = Vec::new();
     for threads in [1, 2] {
-        pool(threads).install(|| {
+        thread_pool(threads).install(|| {
             for (shape, dtype, zero) in [
                 (&[1usize, 3, 5, 7][..], DType::U8, 0i64),
                 (&[2, 4, 33, 65][..], DType::I8, -128),
@@ -564,7 +564,7 @@ fn quantize_dequantize_and_int8_maxpool_match_reference() {
                 let op: Arc<dyn Op> = Arc::new(DequantizeLinear::default());
                 let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
                 let want = op.eval(&refs).unwrap().remove(0);
-                for isa in Isa::available() {
+                for isa in crate::tests::tested_isas() {
                     let (k, outs) =
                         kernel_for(&CpuBackend::new(isa), &op, &ins, &[false, true, true]);
                     let mut y = vec![Tensor::zeros(outs[0].dtype, &outs[0].shape).unwrap()];
@@ -680,7 +680,7 @@ fn qgemm_matches_reference() {
             } else {
                 let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
                 let want = op.eval(&refs).unwrap().remove(0);
-                for isa in Isa::available() {
+                for isa in crate::tests::tested_isas() {
                     let dynop: Arc<dyn Op> = op.clone();
                     let (kernel, outs) = kernel_for(&CpuBackend::new(isa), &dynop, &ins, &constant);
                     let mut y = vec![Tensor::zeros(outs[0].dtype, &outs[0].shape).unwrap()];
@@ -744,7 +744,7 @@ fn unary_table_kernels_are_exact_on_every_isa() {
             ];
             for op in ops {
                 let want = op.eval(&refs).unwrap().remove(0);
-                for isa in Isa::available() {
+                for isa in crate::tests::tested_isas() {
                     let (kernel, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &constant);
                     let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
                     kernel.run_alone(&refs, &mut y).unwrap();
@@ -879,7 +879,7 @@ fn dynamic_quantize_matches_reference() {
         let x = Tensor::from_vec(&[n], x).unwrap();
         let refs = [Some(&x)];
         let want = op.eval(&refs).unwrap();
-        for isa in Isa::available() {
+        for isa in crate::tests::tested_isas() {
             let (k, outs) = kernel_for(&CpuBackend::new(isa), &op, &[Some(x.clone())], &[false]);
             let mut got: Vec<Tensor> = outs
                 .iter()
@@ -941,7 +941,7 @@ fn matmul_integer_to_float_matches_reference() {
         ];
         let constant = [false, true, false, true, false, true, true];
         assert_eq!(
-            crate::tests::check(op.clone(), &ins, &constant),
+            super::check(op.clone(), &ins, &constant),
             "cpu.matmul_integer_to_float"
         );
     }
@@ -977,7 +977,7 @@ fn qlinear_add_matches_reference_exactly() {
                 let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
                 let want = op.eval(&refs).unwrap().remove(0);
                 let constant = [false, true, true, false, true, true, true, true];
-                for isa in Isa::available() {
+                for isa in crate::tests::tested_isas() {
                     let (k, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &constant);
                     let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
                     k.run_alone(&refs, &mut y).unwrap();
@@ -1009,7 +1009,7 @@ fn check_exact(
     let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
     let want = op.eval(&refs).unwrap().remove(0);
     let mut names = Vec::new();
-    for isa in Isa::available() {
+    for isa in crate::tests::tested_isas() {
         let (k, outs) = kernel_for(&CpuBackend::new(isa), op, ins, constant);
         let mut y = vec![Tensor::full(outs[0].dtype, &outs[0].shape, 7.0).unwrap()];
         k.run_alone(&refs, &mut y).unwrap();
@@ -1151,13 +1151,13 @@ fn int8_transpose_matches_reference_exactly() {
             let t = rng.q8(dtype, x);
             let op: Arc<dyn Op> = Arc::new(Transpose { perm: perm.clone() });
             let want = op.eval(&[Some(&t)]).unwrap().remove(0);
-            for isa in Isa::available() {
+            for isa in crate::tests::tested_isas() {
                 let ins = [Some(t.clone())];
                 let (k, outs) = kernel_for(&CpuBackend::new(isa), &op, &ins, &[false]);
                 assert_eq!(k.name(), "cpu.transpose");
                 let mut y = vec![Tensor::full(dtype, &outs[0].shape, 7.0).unwrap()];
                 for threads in [1, 3] {
-                    pool(threads)
+                    thread_pool(threads)
                         .install(|| k.run_alone(&[Some(&t)], &mut y))
                         .unwrap();
                     assert_eq!(y[0].shape(), want.shape());

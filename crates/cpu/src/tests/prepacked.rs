@@ -2,8 +2,8 @@
 //! built from when they prepack them, within a small factor of it, and 0 for kernels without
 //! weights.
 
-use crate::tests::Lcg;
-use crate::testutil::kernel_for;
+use super::kernel_for;
+use super::Lcg;
 use crate::{CpuBackend, Isa};
 use ferrolite_core::ops::elementwise::binary::{Binary, BinaryKind};
 use ferrolite_core::ops::elementwise::unary::{Unary, UnaryKind};
@@ -27,7 +27,7 @@ fn check_prepacked(
     constant: &[bool],
     weight_bytes: usize,
 ) -> Vec<String> {
-    Isa::available()
+    crate::tests::tested_isas()
         .into_iter()
         .map(|isa| {
             let (kernel, _) = kernel_for(&CpuBackend::new(isa), &op, inputs, constant);
@@ -57,7 +57,10 @@ fn conv(group: usize, pad: usize) -> Conv {
 }
 
 fn blocked(x: &Tensor) -> Tensor {
-    let op = ReorderNchwc { to_blocked: true };
+    let op = ReorderNchwc {
+        to_blocked: true,
+        block: crate::nchwc::B,
+    };
     op.eval(&[Some(x)]).unwrap().remove(0)
 }
 
@@ -88,6 +91,7 @@ fn conv_kernels_report_their_packed_weights() {
         let nchwc = Arc::new(Nchwc {
             inner: Arc::new(conv(group, pad)),
             blocked_input: true,
+            block: crate::nchwc::B,
         });
         let ins = vec![Some(blocked(&x)), Some(w), Some(bias)];
         names.extend(check_prepacked(nchwc, &ins, &constant, weight_bytes));
