@@ -239,8 +239,9 @@ async fn serve(state: Arc<State>, options: &ServeOptions) -> Result<(), String> 
 /// buffers come from its arenas, which keep them: measured with mobilenet_v2 and 8 clients, the
 /// server's RSS went 104 -> 111 MiB over two identical 10,000-request runs. A fixed threshold
 /// of 256 KiB maps each such buffer and unmaps it when freed: 55 MiB, flat, same throughput
-/// (docs/serving.md). A user's own `MALLOC_MMAP_THRESHOLD_` wins.
-fn return_large_buffers_to_the_os() {
+/// (docs/serving.md). A user's own `MALLOC_MMAP_THRESHOLD_` wins. The server calls it at
+/// start; it is public for its test (`tests/malloc_threshold.rs`).
+pub fn return_large_buffers_to_the_os() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
         // SAFETY: mallopt only sets a malloc parameter; it is called before the runtime and
@@ -287,37 +288,5 @@ async fn shutdown_signal() -> &'static str {
     {
         let _ = tokio::signal::ctrl_c().await;
         "ctrl-c"
-    }
-}
-
-#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
-mod tests {
-    use super::*;
-
-    /// Bytes malloc holds in blocks mapped on their own.
-    fn mapped_bytes() -> usize {
-        // SAFETY: mallinfo only reads malloc's counters. (mallinfo2 would need glibc 2.33.)
-        let info = unsafe { libc::mallinfo() };
-        info.hblkhd as u32 as usize
-    }
-
-    #[test]
-    fn a_request_sized_buffer_is_mapped_again_after_one_was_freed() {
-        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() {
-            eprintln!("MALLOC_MMAP_THRESHOLD_ is set: the server leaves the threshold to it");
-            return;
-        }
-        return_large_buffers_to_the_os();
-        let size = 600 * 1024;
-        // Freeing a mapped block is what raises glibc's dynamic threshold past its size.
-        drop(std::hint::black_box(vec![1u8; size]));
-        let before = mapped_bytes();
-        let second = std::hint::black_box(vec![2u8; size]);
-        let grew = mapped_bytes().saturating_sub(before);
-        drop(second);
-        assert!(
-            grew >= size,
-            "the second {size}-byte buffer came from an arena ({grew} bytes mapped)"
-        );
     }
 }
