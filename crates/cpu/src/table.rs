@@ -7,16 +7,22 @@
 //! plain Rust. The tables below only assemble the families' parts.
 //!
 //! A new ISA variant is one more table here, built from the one it extends with Rust's
-//! struct update syntax, overriding only the entries it speeds up: an AVX-VNNI table is
-//! `Table { ..AVX2 }` with its own int8 entries, an AVX-512 FP16 or BF16 one `..AVX512`,
-//! and NEON FP16 or BF16 ones `..NEON`. That, a variant of [`Isa`] and its detection are
-//! all a new ISA needs (docs/adding-a-kernel.md).
+//! struct update syntax, overriding only the entries it speeds up: an AVX-512 FP16 or BF16
+//! table is `Table { ..AVX512 }` with its own entries, NEON FP16 or BF16 ones `..NEON`. That, a
+//! variant of [`Isa`] and its detection are all a new ISA needs (docs/adding-a-kernel.md).
+//!
+//! CPU features that refine an ISA without being a session choice of their own (AVX-VNNI and
+//! AVX-512 VNNI for the int8 GEMM, VBMI for the int8 lookups) are applied to the x86 tables
+//! once, the first time a session takes the ISA ([`refined_x86`]), as MLAS fills its platform
+//! table at start-up.
 
 use crate::isa::Isa;
 use crate::{
-    conv, depthwise, elementwise, math, nchwc, pool, qconv, qconv_nhwc, qelementwise, qlinear,
-    qpool_nhwc, sgemm, softmax, stride2, winograd,
+    conv, depthwise, elementwise, math, nchwc, pool, qconv, qconv_nhwc, qelementwise, qgemm,
+    qlinear, qpool_nhwc, sgemm, softmax, stride2, winograd,
 };
+#[cfg(target_arch = "x86_64")]
+use std::sync::OnceLock;
 
 /// Every family's microkernels for one ISA.
 pub(crate) struct Table {
@@ -50,6 +56,8 @@ pub(crate) struct Table {
     pub(crate) qpool_nhwc: qpool_nhwc::Kernels,
     /// The channels-last QLinearConv's depthwise loops.
     pub(crate) qconv_nhwc: qconv_nhwc::Kernels,
+    /// The int8 GEMM's path (and the channels-last convolution's in-place tile).
+    pub(crate) qgemm: qgemm::Kernels,
 }
 
 /// Plain Rust, for any CPU.
@@ -69,9 +77,10 @@ const PORTABLE: Table = Table {
     winograd: winograd::PORTABLE,
     qpool_nhwc: qpool_nhwc::PORTABLE,
     qconv_nhwc: qconv_nhwc::PORTABLE,
+    qgemm: qgemm::PORTABLE,
 };
 
-/// AVX2 + FMA (x86-64).
+/// AVX2 + FMA (x86-64), before [`refined_x86`].
 #[cfg(target_arch = "x86_64")]
 const AVX2: Table = Table {
     sgemm: sgemm::AVX2,
@@ -89,9 +98,11 @@ const AVX2: Table = Table {
     winograd: winograd::avx2::KERNELS,
     qpool_nhwc: qpool_nhwc::PORTABLE,
     qconv_nhwc: qconv_nhwc::avx2::KERNELS,
+    qgemm: qgemm::x86::AVX2,
 };
 
-/// AVX-512 (F, BW, VL, DQ), on top of AVX2 where a family has no 512-bit entries.
+/// AVX-512 (F, BW, VL, DQ), on top of AVX2 where a family has no 512-bit entries, before
+/// [`refined_x86`].
 #[cfg(target_arch = "x86_64")]
 const AVX512: Table = Table {
     sgemm: sgemm::AVX512,
@@ -109,15 +120,31 @@ const AVX512: Table = Table {
     winograd: winograd::avx2::KERNELS,
     qpool_nhwc: qpool_nhwc::avx512::KERNELS,
     qconv_nhwc: qconv_nhwc::avx512::KERNELS,
+    qgemm: qgemm::x86::AVX2,
 };
 
-/// AVX-512 on a CPU that also has VBMI (byte permutes across a register): the int8 lookups
-/// take 64 bytes at a time. Picked by [`Isa::table`], as the ISA itself is AVX-512's.
+/// An x86 table with the CPU's refinements (`avx512`: the AVX-512 table, whose registers allow
+/// the 512-bit forms):
+/// - the int8 GEMM on the widest VNNI the registers allow where the CPU has it (AVX-512 VNNI,
+///   else AVX-VNNI), else AVX2's exact `vpmaddwd`;
+/// - with VBMI (byte permutes across a register), the AVX-512 int8 lookups that take 64 bytes
+///   at a time.
 #[cfg(target_arch = "x86_64")]
-const AVX512_VBMI: Table = Table {
-    qlinear: qlinear::avx512::KERNELS_VBMI,
-    ..AVX512
-};
+fn refined_x86(base: Table, avx512: bool) -> Table {
+    use std::arch::is_x86_feature_detected as has;
+    let mut t = base;
+    t.qgemm = if avx512 && has!("avx512vnni") {
+        qgemm::x86::AVX512_VNNI
+    } else if has!("avxvnni") {
+        qgemm::x86::AVX_VNNI
+    } else {
+        qgemm::x86::AVX2
+    };
+    if avx512 && has!("avx512vbmi") {
+        t.qlinear = qlinear::avx512::KERNELS_VBMI;
+    }
+    t
+}
 
 /// NEON (aarch64's baseline).
 #[cfg(target_arch = "aarch64")]
@@ -137,26 +164,34 @@ const NEON: Table = Table {
     winograd: winograd::PORTABLE,
     qpool_nhwc: qpool_nhwc::PORTABLE,
     qconv_nhwc: qconv_nhwc::PORTABLE,
+    qgemm: qgemm::neon::NEON,
 };
 
-/// NEON with the dot-product extension: the same loops here (its int8 GEMM differs, through
-/// `qgemm::QPath`).
+/// NEON with the dot-product extension: the int8 GEMM on `SDOT`, the rest as NEON.
 #[cfg(target_arch = "aarch64")]
-const NEON_DOT: Table = Table { ..NEON };
+const NEON_DOT: Table = Table {
+    qgemm: qgemm::neon::NEON_DOT,
+    ..NEON
+};
 
 impl Isa {
     /// This ISA's microkernels. The per-ISA entries call code compiled with target features,
     /// which is sound because an `Isa` other than `Portable` exists only on CPUs that have
-    /// its features ([`Isa::detect`], [`Isa::parse`]).
+    /// its features ([`Isa::detect`], [`Isa::parse`]), and a refinement only where the CPU
+    /// has its own ([`refined_x86`]).
     pub(crate) fn table(self) -> &'static Table {
         match self {
             Isa::Portable => &PORTABLE,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma => &AVX2,
+            Isa::Avx2Fma => {
+                static TABLE: OnceLock<Table> = OnceLock::new();
+                TABLE.get_or_init(|| refined_x86(AVX2, false))
+            }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if std::arch::is_x86_feature_detected!("avx512vbmi") => &AVX512_VBMI,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => &AVX512,
+            Isa::Avx512 => {
+                static TABLE: OnceLock<Table> = OnceLock::new();
+                TABLE.get_or_init(|| refined_x86(AVX512, true))
+            }
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => &NEON,
             #[cfg(target_arch = "aarch64")]

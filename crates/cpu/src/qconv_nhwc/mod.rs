@@ -99,6 +99,9 @@ struct Indirect {
     scale: Vec<f32>,
     /// The input's channels padded to a multiple of 4.
     channels: usize,
+    /// The table's in-place tile.
+    #[cfg(target_arch = "x86_64")]
+    tile: crate::qgemm::x86::IndirectTile,
 }
 
 /// The channels-last input the AVX-512 VNNI path's tap pointers point into: `h` x `w` pixels
@@ -220,11 +223,16 @@ impl QConvNhwcKernel {
             let zero: Vec<i32> = (0..m)
                 .map(|ch| flipped_zero(w_zero(ch), w.signed, true))
                 .collect();
+            // The table's tile that reads the activations in place, where the ISA's GEMM path
+            // has one and the AMX tiles did not take the product.
             #[cfg(target_arch = "x86_64")]
-            let vnni = path == QPath::Avx512Vnni;
+            let in_place = {
+                let table = &isa.table().qgemm;
+                table.indirect.filter(|_| path == table.path)
+            };
             #[cfg(not(target_arch = "x86_64"))]
-            let vnni = false;
-            let indirect = vnni && zero.iter().all(|&z| z == 0);
+            let in_place: Option<std::convert::Infallible> = None;
+            let indirect = in_place.is_some() && zero.iter().all(|&z| z == 0);
             // The indirect path reads whole quads per tap: channels padded to a multiple of 4
             // (weights of 0 there, stored so that the flip makes them 0).
             let cin = s.in_channels;
@@ -270,6 +278,8 @@ impl QConvNhwcKernel {
                     add,
                     scale,
                     channels: cin_p,
+                    #[cfg(target_arch = "x86_64")]
+                    tile: in_place.expect("indirect only with the table's tile"),
                 }
             });
             Strategy::Gemm {
@@ -543,7 +553,7 @@ impl QConvNhwcKernel {
     }
 
     /// The GEMM on AVX-512 VNNI reading the activations in place through tap pointers,
-    /// requantized per column in registers ([`x86::tile_vnni_indirect`]).
+    /// requantized per column in registers (the table's `qgemm.indirect` tile).
     #[cfg(target_arch = "x86_64")]
     fn run_indirect(
         &self,
@@ -552,7 +562,7 @@ impl QConvNhwcKernel {
         x: &[u8],
         y: &mut [u8],
     ) -> OpResult<()> {
-        use crate::qgemm::x86::{self, ColumnQuantized, IndirectRows, VNNI_MR, VNNI_NR};
+        use crate::qgemm::x86::{ColumnQuantized, IndirectRows, VNNI_MR, VNNI_NR};
         use crate::qgemm::SendPtr;
         let m = self.s.out_channels;
         op_ensure!(
@@ -654,11 +664,12 @@ impl QConvNhwcKernel {
                     quads: run / 4,
                     flip,
                 };
-                // SAFETY: the path is AVX-512 VNNI only on CPUs with it; every pointer starts
-                // `run` bytes of the input or of `zero` (a kernel row lies inside the padded
-                // copy: its extents cover the last output's taps); tile (ib, jp) is this
-                // task's alone and inside the output (rows and cols clipped to it).
-                unsafe { x86::tile_vnni_indirect(&rows, weights.panel_bytes(jp), &q) };
+                // SAFETY: the table offers this tile only on CPUs with AVX-512 VNNI; every
+                // pointer starts `run` bytes of the input or of `zero` (a kernel row lies
+                // inside the padded copy: its extents cover the last output's taps); tile
+                // (ib, jp) is this task's alone and inside the output (rows and cols clipped
+                // to it).
+                unsafe { (ind.tile)(&rows, weights.panel_bytes(jp), &q) };
             };
             let range = t * per..((t + 1) * per).min(outer);
             if rows_outside {

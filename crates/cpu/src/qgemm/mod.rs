@@ -64,6 +64,26 @@ pub enum QPath {
     NeonDot,
 }
 
+/// The int8 GEMM's part of an ISA's microkernel table ([`crate::table`]), chosen once per
+/// table from the CPU's features (`qgemm/x86.rs` and `qgemm/neon.rs` fill it).
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels {
+    /// The tiles, packing and epilogue of every product. The AMX tiles replace AVX-512 VNNI's
+    /// for deep products where they pay ([`QPath::amx_if_pays`]).
+    pub(crate) path: QPath,
+    /// The tile that reads a channels-last convolution's activations in place through tap
+    /// pointers and requantizes per column in registers, where the path has one.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) indirect: Option<x86::IndirectTile>,
+}
+
+/// Plain Rust.
+pub(crate) const PORTABLE: Kernels = Kernels {
+    path: QPath::Portable,
+    #[cfg(target_arch = "x86_64")]
+    indirect: None,
+};
+
 /// How `k` is grouped in packed operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Group {
@@ -74,28 +94,10 @@ enum Group {
 }
 
 impl QPath {
-    /// The path of a session's ISA: the widest VNNI the ISA's registers allow where the CPU
-    /// has it, else AVX2's exact `vpmaddwd`.
+    /// The path of a session's ISA, from its table: the widest VNNI the ISA's registers allow
+    /// where the CPU has it, else AVX2's exact `vpmaddwd` (`table.rs`, `refined_x86`).
     pub fn for_isa(isa: Isa) -> QPath {
-        #[cfg(target_arch = "x86_64")]
-        let avx_vnni = || std::arch::is_x86_feature_detected!("avxvnni");
-        match isa {
-            Isa::Portable => QPath::Portable,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma if avx_vnni() => QPath::AvxVnni,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma => QPath::Avx2,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if std::arch::is_x86_feature_detected!("avx512vnni") => QPath::Avx512Vnni,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if avx_vnni() => QPath::AvxVnni,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => QPath::Avx2,
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon => QPath::Neon,
-            #[cfg(target_arch = "aarch64")]
-            Isa::NeonDot => QPath::NeonDot,
-        }
+        isa.table().qgemm.path
     }
 
     /// Every path this CPU can run, whether or not an ISA maps to it (the GEMM tests run

@@ -21,6 +21,16 @@ pub const DOT_NR: usize = 8;
 pub const NEON_MR: usize = 4;
 pub const NEON_NR: usize = 8;
 
+/// The GEMM's table entry on baseline NEON (`SMULL` + `SADALP`).
+pub(crate) const NEON: super::Kernels = super::Kernels {
+    path: super::QPath::Neon,
+};
+
+/// On NEON with the dot product (`SDOT`).
+pub(crate) const NEON_DOT: super::Kernels = super::Kernels {
+    path: super::QPath::NeonDot,
+};
+
 /// The `DOT_MR x DOT_NR` tile of `sum (u - 128) s` over `kq` quads, row stride `DOT_NR`.
 ///
 /// # Panics
