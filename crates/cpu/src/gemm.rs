@@ -1,5 +1,10 @@
 //! The single-precision GEMM interface the kernels use, and its implementation [`Sgemm`] on
 //! our packed microkernels ([`crate::sgemm`]).
+//!
+//! [`Gemm`] has one implementation today. It is the seam the project keeps for another GEMM
+//! (a GEMM crate, a vendor library): the convolution, MatMul, FullyConnected and Winograd
+//! kernels are written against the trait and its packing types, so a second implementation
+//! replaces `Sgemm` without touching them.
 
 use crate::sgemm::{pack_full, pack_lines_into, Isa, Problem, Src, MR, NR};
 pub use crate::sgemm::{Packing, PackingFor, Packs};
