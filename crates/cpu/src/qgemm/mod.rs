@@ -65,7 +65,7 @@ pub enum QPath {
 }
 
 /// The int8 GEMM's part of an ISA's microkernel table ([`crate::table`]), chosen once per
-/// table from the CPU's features (`qgemm/x86.rs` and `qgemm/neon.rs` fill it).
+/// table from the CPU's features (`qgemm/x86/*.rs` and `qgemm/neon.rs` fill it).
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
     /// The tiles, packing and epilogue of every product. The AMX tiles replace AVX-512 VNNI's
