@@ -476,9 +476,6 @@ const LANES: usize = crate::nchwc::B;
 impl BlockedPoolKernel {
     /// `x` is the blocked input shape.
     pub(crate) fn new(isa: Isa, p: &Pool, x: &[usize]) -> Option<Self> {
-        if x.last() != Some(&LANES) {
-            return None;
-        }
         let plain = ferrolite_core::ops::layout::plain_shape(x).ok()?;
         let avg = averages(p)?;
         let [gh, gw] = <[AxisGeometry; 2]>::try_from(p.geometry(&plain).ok()?).ok()?;
@@ -577,7 +574,7 @@ pub(crate) struct BlockedGlobalPoolKernel {
 impl BlockedGlobalPoolKernel {
     pub(crate) fn new(p: &GlobalPool, x: &[usize]) -> Option<Self> {
         ferrolite_core::ops::layout::plain_shape(x).ok()?;
-        (p.kind != PoolKind::Lp && x.last() == Some(&LANES)).then(|| BlockedGlobalPoolKernel {
+        (p.kind != PoolKind::Lp).then(|| BlockedGlobalPoolKernel {
             x: x.to_vec(),
             avg: p.kind == PoolKind::Average,
         })
